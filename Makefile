@@ -1,0 +1,25 @@
+# dsa-triton: make install | make test | make demo
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CKPT ?= checkpoints/tiny-glm
+
+.PHONY: install test checkpoint clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+install: $(PY)
+	# torch first and pinned: the CPU build of 2.13.0 is on local disk, anything else pulls GBs
+	$(PY) -m pip install -q -c constraints.txt torch
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+
+test: install
+	$(PY) -m pytest -q
+
+checkpoint: install
+	$(PY) -m dsa_backend.tools.make_checkpoint --arch glm_moe_dsa --preset tiny --out $(CKPT)
+
+clean:
+	rm -rf $(VENV) checkpoints *.egg-info
