@@ -1,0 +1,66 @@
+"""Paged KV cache of a DSA model: one page allocator over the MLA latent and indexer-key pools."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dsa_backend.cache.allocator import OutOfPages, PageAllocator, pages_needed
+from dsa_backend.cache.pools import IndexerKeyPool, MlaKVPool
+from dsa_backend.config import ModelConfig
+
+__all__ = ["KVCache", "KVCacheStats", "OutOfPages", "PageAllocator", "pages_needed"]
+
+
+@dataclass(frozen=True)
+class KVCacheStats:
+    page_size: int
+    pages_total: int
+    pages_free: int
+    mla_bytes_per_token: int
+    indexer_bytes_per_token: int
+
+    @property
+    def pages_used(self) -> int:
+        return self.pages_total - self.pages_free
+
+
+class KVCache:
+    """Both pools for every attention layer, the MTP layers' included (layer ids after the main ones)."""
+
+    def __init__(self, config: ModelConfig, num_pages: int, page_size: int = 64, *,
+                 dtype: torch.dtype = torch.bfloat16, kv_cache_dtype: str = "auto",
+                 mtp_has_indexer: bool = True, device: torch.device | str = "cpu"):
+        if page_size <= 0:
+            raise ValueError(f"page_size must be positive, got {page_size}")
+        if kv_cache_dtype not in ("auto", "fp8"):
+            raise ValueError(f"kv_cache_dtype must be 'auto' or 'fp8', got {kv_cache_dtype!r}")
+        fp8 = kv_cache_dtype == "fp8"
+        num_mtp = config.num_nextn_predict_layers
+        num_layers = config.num_hidden_layers + num_mtp
+        full_layers = config.full_indexer_layers
+        if mtp_has_indexer:
+            full_layers += tuple(range(config.num_hidden_layers, num_layers))
+        self.page_size = page_size
+        self.allocator = PageAllocator(num_pages)
+        self.mla = MlaKVPool(num_layers, num_pages * page_size, config.kv_lora_rank, config.qk_rope_head_dim,
+                             dtype, fp8, device)
+        self.indexer = IndexerKeyPool(full_layers, num_pages, page_size, config.index_head_dim, dtype, fp8, device)
+
+    def move_kv_cache(self, dst_slots: torch.Tensor, src_slots: torch.Tensor) -> None:
+        """Copy every layer's KV (both pools) from src_slots to dst_slots [N]; dst must be distinct."""
+        if dst_slots.shape != src_slots.shape:
+            raise ValueError(f"dst_slots {tuple(dst_slots.shape)} and src_slots {tuple(src_slots.shape)} differ")
+        self.mla.buffer[:, dst_slots] = self.mla.buffer[:, src_slots]
+        self.indexer.move(dst_slots, src_slots)
+
+    def stats(self) -> KVCacheStats:
+        return KVCacheStats(self.page_size, self.allocator.num_pages, self.allocator.num_free,
+                            self.mla.bytes_per_token, self.indexer.bytes_per_token)
+
+    @staticmethod
+    def bytes_per_page(config: ModelConfig, page_size: int, kv_cache_dtype: str, dtype: torch.dtype) -> int:
+        """Memory one page costs in both pools (for sizing the pools from a memory budget)."""
+        probe = KVCache(config, 1, page_size, dtype=dtype, kv_cache_dtype=kv_cache_dtype, device="meta")
+        return (probe.mla.bytes_per_token + probe.indexer.bytes_per_token) * page_size

@@ -1,0 +1,24 @@
+"""DSA model: MLA with the lightning indexer, MoE, YaRN RoPE, and the MTP layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from dsa_backend.config import ModelConfig
+from dsa_backend.models.model import DsaForCausalLM, ForwardOutput
+from dsa_backend.weights import CheckpointInfo, load_weights
+
+__all__ = ["DsaForCausalLM", "ForwardOutput", "load_model"]
+
+
+def load_model(model_dir: str | Path, dtype: torch.dtype, device: torch.device | str = "cpu",
+               config: ModelConfig | None = None) -> tuple[DsaForCausalLM, CheckpointInfo]:
+    """Build the model from a checkpoint directory, weights validated and converted to `dtype`."""
+    config = config or ModelConfig.from_pretrained(model_dir)
+    state, info = load_weights(model_dir, config, dtype)
+    with torch.device("meta"):
+        model = DsaForCausalLM(config, info.mtp_has_indexer)
+    model.load_state_dict(state, strict=True, assign=True)
+    return model.to(device).eval(), info

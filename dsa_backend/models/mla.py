@@ -1,0 +1,66 @@
+"""Multi-head latent attention with DSA: the latent KV is cached, attention reads only the top-k."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dsa_backend.batch import ForwardBatch
+from dsa_backend.cache import KVCache
+from dsa_backend.config import ModelConfig
+from dsa_backend.models.indexer import Indexer
+from dsa_backend.models.layers import RMSNorm, apply_rope
+
+# The latent norms use their own epsilon in the releases, not rms_norm_eps.
+_LATENT_NORM_EPS = 1e-6
+
+
+class MlaAttention(nn.Module):
+    def __init__(self, c: ModelConfig, layer_id: int, has_indexer: bool, is_nextn: bool = False):
+        super().__init__()
+        self.c = c
+        self.layer_id = layer_id
+        self.is_nextn = is_nextn
+        h, heads = c.hidden_size, c.num_attention_heads
+        self.q_a_proj = nn.Linear(h, c.q_lora_rank, bias=False)
+        self.q_a_layernorm = RMSNorm(c.q_lora_rank, _LATENT_NORM_EPS)
+        self.q_b_proj = nn.Linear(c.q_lora_rank, heads * c.qk_head_dim, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(h, c.kv_lora_rank + c.qk_rope_head_dim, bias=False)
+        self.kv_a_layernorm = RMSNorm(c.kv_lora_rank, _LATENT_NORM_EPS)
+        self.kv_b_proj = nn.Linear(c.kv_lora_rank, heads * (c.qk_nope_head_dim + c.v_head_dim), bias=False)
+        self.o_proj = nn.Linear(heads * c.v_head_dim, h, bias=False)
+        self.indexer = Indexer(c, layer_id) if has_indexer else None
+
+    def _select_topk(self, x, q_lora, cos, sin, batch, cache, backend, prev_topk):
+        # A shared layer must never fall back to an indexer it does not have; only the MTP layer
+        # may run its own when no top-k is handed to it.
+        if self.indexer is not None and (not self.is_nextn or prev_topk is None):
+            return self.indexer(x, q_lora, cos, sin, batch, cache, backend)
+        if prev_topk is None:
+            what = "the MTP layer has no indexer weights" if self.is_nextn else "it is a shared top-k layer"
+            raise ValueError(f"layer {self.layer_id} needs top-k indices from an earlier layer: {what}")
+        return prev_topk
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: ForwardBatch,
+                cache: KVCache, backend, prev_topk: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [T, hidden] -> (output [T, hidden], top-k positions [T, index_topk] used by this layer)."""
+        c = self.c
+        heads = c.num_attention_heads
+        q_lora = self.q_a_layernorm(self.q_a_proj(x))
+        q = self.q_b_proj(q_lora).view(-1, heads, c.qk_head_dim)
+        q_nope, q_rope = q.split([c.qk_nope_head_dim, c.qk_rope_head_dim], dim=-1)
+        latent, k_rope = self.kv_a_proj_with_mqa(x).split([c.kv_lora_rank, c.qk_rope_head_dim], dim=-1)
+        latent = self.kv_a_layernorm(latent)
+        q_rope = apply_rope(q_rope, cos, sin, interleaved=True)
+        k_rope = apply_rope(k_rope, cos, sin, interleaved=True)
+        cache.mla.store(self.layer_id, batch.out_cache_loc, latent, k_rope)
+        topk = self._select_topk(x, q_lora, cos, sin, batch, cache, backend, prev_topk)
+
+        # Absorb kv_b_proj into the query and the output so attention runs on the cached latent.
+        kv_b = self.kv_b_proj.weight.view(heads, c.qk_nope_head_dim + c.v_head_dim, c.kv_lora_rank)
+        w_uk, w_uv = kv_b[:, : c.qk_nope_head_dim], kv_b[:, c.qk_nope_head_dim :]
+        q_latent = torch.einsum("thd,hdc->thc", q_nope, w_uk)
+        out_latent = backend.sparse_mla(torch.cat([q_latent, q_rope], dim=-1), cache.mla, self.layer_id, batch,
+                                        topk, c.softmax_scale)
+        out = torch.einsum("thc,hvc->thv", out_latent, w_uv)
+        return self.o_proj(out.reshape(-1, heads * c.v_head_dim)), topk

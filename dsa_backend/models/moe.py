@@ -1,0 +1,68 @@
+"""DeepSeek MoE: sigmoid router with a score-correction bias, group-limited top-k, shared experts."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dsa_backend.config import ModelConfig
+from dsa_backend.models.layers import DenseMlp
+
+
+class Router(nn.Module):
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.c = c
+        self.weight = nn.Parameter(torch.empty(c.n_routed_experts, c.hidden_size))
+        self.e_score_correction_bias = nn.Parameter(torch.zeros(c.n_routed_experts), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [T, H] -> (weights [T, k] float32, expert ids [T, k])."""
+        c = self.c
+        scores = F.linear(x.float(), self.weight.float()).sigmoid()
+        # The bias steers which experts are chosen, not how much they weigh.
+        choice = scores + self.e_score_correction_bias
+        per_group = c.n_routed_experts // c.n_group
+        group_scores = choice.view(-1, c.n_group, per_group).topk(2, dim=-1)[0].sum(-1)
+        groups = group_scores.topk(c.topk_group, dim=-1, sorted=False)[1]
+        group_mask = torch.zeros_like(group_scores).scatter_(1, groups, 1)
+        expert_mask = group_mask.unsqueeze(-1).expand(-1, c.n_group, per_group).reshape(-1, c.n_routed_experts)
+        choice = choice.masked_fill(~expert_mask.bool(), float("-inf"))
+        ids = choice.topk(c.num_experts_per_tok, dim=-1, sorted=False)[1]
+        weights = scores.gather(1, ids)
+        if c.norm_topk_prob:
+            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+        return weights * c.routed_scaling_factor, ids
+
+
+class Experts(nn.Module):
+    """Routed experts stacked: w13 [E, 2I, H] (gate then up), w2 [E, H, I]."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.w13 = nn.Parameter(torch.empty(c.n_routed_experts, 2 * c.moe_intermediate_size, c.hidden_size))
+        self.w2 = nn.Parameter(torch.empty(c.n_routed_experts, c.hidden_size, c.moe_intermediate_size))
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(x)
+        for expert in ids.unique().tolist():
+            token, slot = torch.where(ids == expert)
+            gate, up = F.linear(x[token], self.w13[expert]).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, self.w2[expert]) * weights[token, slot, None]
+            out.index_add_(0, token, y.to(out.dtype))
+        return out
+
+
+class MoE(nn.Module):
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.gate = Router(c)
+        self.experts = Experts(c)
+        self.shared_experts = (DenseMlp(c.hidden_size, c.moe_intermediate_size * c.n_shared_experts)
+                               if c.n_shared_experts else None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights, ids = self.gate(x)
+        out = self.experts(x, ids, weights)
+        return out if self.shared_experts is None else out + self.shared_experts(x)

@@ -1,0 +1,287 @@
+"""Batched next-token sampler: bans, penalties, then greedy or filtered random sampling.
+
+Each row goes through these stages in order, every stage seeing what the previous one left:
+  1. bans -> -inf: each one-token bad word; the last token of a longer bad word when the context
+     (prompt + output) ends with the rest of it; and, while fewer than min_tokens outputs exist,
+     the tokens that would stop the request (stop_token_ids, and eos unless ignore_eos).
+  2. repetition_penalty over prompt + output tokens: positive logits divided, the rest multiplied.
+  3. frequency and presence penalties over output tokens: logit -= f * count + p * (count > 0).
+  The result is the *processed* logits. Greedy rows (temperature 0) take their argmax, lowest
+  index on ties. Logprobs are log_softmax(processed)[chosen token]: after bans and penalties,
+  before temperature and truncation, so greedy and sampled rows report the same quantity.
+  4. sampled rows: divide by temperature; keep the top_k largest (ties by lowest index), then the
+     smallest prefix whose probability reaches top_p (on the top-k renormalized distribution),
+     then the tokens whose probability is >= min_p times the largest; draw one.
+
+Drawing is an exponential race, argmax(probs / q) with q ~ Exp(1), where a seeded row's q comes
+from its own generator alone: its tokens do not depend on the rest of the batch or its order.
+Nothing here waits for the device; the engine reads SamplerOutput once per step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from dsa_backend.sampling_params import SamplingParams
+
+
+class SamplingRow(NamedTuple):
+    """One request's state for this step, as the engine holds it."""
+
+    params: SamplingParams
+    prompt_token_ids: Sequence[int]
+    output_token_ids: Sequence[int]
+    # make_generator(params.seed, device), kept for the request's lifetime; None: the engine's.
+    generator: torch.Generator | None = None
+
+
+class SamplerOutput(NamedTuple):
+    token_ids: torch.Tensor  # [batch] int64, on the logits' device
+    logprobs: torch.Tensor | None  # [batch] float32; None when no row asked for logprobs
+
+
+def make_generator(seed: int | None, device: torch.device | str) -> torch.Generator | None:
+    """A request's own generator, seeded from `seed`; None for unseeded requests."""
+    if seed is None:
+        return None
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def check_vocab(params: SamplingParams, vocab_size: int) -> None:
+    """Raise ValueError if a token id in `params` is outside [0, vocab_size); call it on submit."""
+    for word in params.bad_words_ids:
+        if not word or not all(0 <= t < vocab_size for t in word):
+            raise ValueError(f"bad_words_ids entries must be non-empty lists of token ids in "
+                             f"[0, {vocab_size}), got {list(word)}")
+    for t in params.stop_token_ids:
+        if t >= vocab_size:
+            raise ValueError(f"stop_token_ids must be in [0, {vocab_size}), got {t}")
+
+
+@dataclass(frozen=True)
+class Penalties:
+    """Penalty inputs; token lists are padded with vocab_size, which counts nowhere."""
+
+    repetition: torch.Tensor  # [batch, 1] float32, 1 = off
+    frequency: torch.Tensor  # [batch, 1] float32
+    presence: torch.Tensor  # [batch, 1] float32
+    prompt_tokens: torch.Tensor  # [batch, max_prompt] int64; empty for rows without repetition
+    output_tokens: torch.Tensor  # [batch, max_output] int64; empty for rows without penalties
+
+
+@dataclass(frozen=True)
+class SamplingBatch:
+    """Per-row sampling state on the logits' device, built by the engine once per step.
+
+    Row i describes logits row i. The bool flags are host-side so that `sample` skips unused
+    stages without reading the device.
+    """
+
+    vocab_size: int
+    temperature: torch.Tensor  # [batch] float32, 0 = greedy
+    top_k: torch.Tensor  # [batch] int64, vocab_size when off
+    top_p: torch.Tensor  # [batch] float32, inf when off so float rounding never cuts the tail
+    log_min_p: torch.Tensor  # [batch] float32, log(min_p); -inf when off
+    ban_rows: torch.Tensor | None  # [bans] int64, with ban_tokens: the (row, token) set to -inf
+    ban_tokens: torch.Tensor | None  # [bans] int64
+    penalties: Penalties | None  # None when no row has a penalty
+    seeded: tuple[tuple[int, torch.Generator], ...]  # (row, generator) of seeded sampled rows
+    all_greedy: bool
+    any_greedy: bool
+    any_unseeded_sampled: bool
+    use_sorted_filters: bool  # a sampled row has top_k or top_p
+    use_min_p: bool  # a sampled row has min_p
+    return_logprobs: bool
+
+    @property
+    def size(self) -> int:
+        return self.temperature.shape[0]
+
+    @classmethod
+    def build(cls, rows: Sequence[SamplingRow], vocab_size: int,
+              eos_token_ids: Collection[int], device: torch.device | str) -> SamplingBatch:
+        """Gather `rows` (one per logits row) into tensors on `device`."""
+        device = torch.device(device)
+        params = [row.params for row in rows]
+        sampled = [not p.greedy for p in params]
+        ban_rows: list[int] = []
+        ban_tokens: list[int] = []
+        for i, row in enumerate(rows):
+            check_vocab(row.params, vocab_size)
+            if row.generator is not None and row.generator.device.type != device.type:
+                raise ValueError(f"row {i}: generator is on {row.generator.device}, "
+                                 f"logits on {device}")
+            banned = _banned_tokens(row, eos_token_ids)
+            ban_rows += [i] * len(banned)
+            ban_tokens += sorted(banned)
+
+        def put(values: list, dtype: torch.dtype) -> torch.Tensor:
+            return _to_device(torch.tensor(values, dtype=dtype), device)
+
+        has_bans = bool(ban_tokens)
+        return cls(
+            vocab_size=vocab_size,
+            temperature=put([p.temperature for p in params], torch.float32),
+            top_k=put([p.top_k or vocab_size for p in params], torch.int64),
+            top_p=put([p.top_p if p.top_p < 1 else math.inf for p in params], torch.float32),
+            log_min_p=put([math.log(p.min_p) if p.min_p > 0 else -math.inf for p in params],
+                          torch.float32),
+            ban_rows=put(ban_rows, torch.int64) if has_bans else None,
+            ban_tokens=put(ban_tokens, torch.int64) if has_bans else None,
+            penalties=_penalties(rows, vocab_size, device),
+            seeded=tuple((i, row.generator) for i, row in enumerate(rows)
+                         if sampled[i] and row.generator is not None),
+            all_greedy=not any(sampled),
+            any_greedy=not all(sampled),
+            any_unseeded_sampled=any(s and row.generator is None for s, row in zip(sampled, rows)),
+            use_sorted_filters=any(s and (0 < p.top_k < vocab_size or p.top_p < 1)
+                                   for s, p in zip(sampled, params)),
+            use_min_p=any(s and p.min_p > 0 for s, p in zip(sampled, params)),
+            return_logprobs=any(p.logprobs for p in params),
+        )
+
+
+def sample(logits: torch.Tensor, batch: SamplingBatch,
+           generator: torch.Generator | None = None) -> SamplerOutput:
+    """Pick one token per row of logits [batch, vocab]; `generator` serves unseeded rows."""
+    if logits.shape != (batch.size, batch.vocab_size):
+        raise ValueError(f"logits must be [{batch.size}, {batch.vocab_size}] to match the "
+                         f"sampling batch, got {list(logits.shape)}")
+    processed = process_logits(logits.float(), batch)
+    if batch.all_greedy:
+        token_ids = processed.argmax(dim=-1)
+    else:
+        token_ids = _draw(processed, batch, generator)
+        if batch.any_greedy:
+            token_ids = torch.where(batch.temperature == 0, processed.argmax(dim=-1), token_ids)
+    logprobs = None
+    if batch.return_logprobs:
+        logprobs = processed.log_softmax(dim=-1).gather(1, token_ids.unsqueeze(1)).squeeze(1)
+    return SamplerOutput(token_ids, logprobs)
+
+
+def process_logits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """Stages 1-3 (bans, repetition, frequency/presence) on [batch, vocab] float32, out of place."""
+    if batch.ban_rows is not None:
+        logits = logits.index_put((batch.ban_rows, batch.ban_tokens),
+                                  logits.new_full((), -math.inf))
+    pen = batch.penalties
+    if pen is None:
+        return logits
+    output_counts = _counts(pen.output_tokens, batch.vocab_size)
+    in_output = output_counts > 0
+    seen = in_output | (_counts(pen.prompt_tokens, batch.vocab_size) > 0)
+    repeated = torch.where(logits > 0, logits / pen.repetition, logits * pen.repetition)
+    logits = torch.where(seen, repeated, logits)
+    return logits - pen.frequency * output_counts - pen.presence * in_output
+
+
+def truncate_logits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """Stage 4's filters: -inf outside each row's top_k, then top_p, then min_p support."""
+    if batch.use_sorted_filters:
+        # Stable sort: among equal logits the lowest token id ranks first, so top_k is exact.
+        sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)
+        rank = torch.arange(batch.vocab_size, device=logits.device)
+        keep = rank < batch.top_k.unsqueeze(1)
+        probs = sorted_logits.masked_fill(~keep, -math.inf).softmax(dim=-1)
+        mass_before = F.pad(probs.cumsum(dim=-1)[:, :-1], (1, 0))
+        keep &= mass_before < batch.top_p.unsqueeze(1)
+        sorted_logits = sorted_logits.masked_fill(~keep, -math.inf)
+        logits = torch.empty_like(logits).scatter_(1, order, sorted_logits)
+    if batch.use_min_p:
+        # p_i >= min_p * p_max  <=>  logit_i - logit_max >= log(min_p); no softmax needed.
+        gap = logits - logits.amax(dim=-1, keepdim=True)
+        logits = logits.masked_fill(gap < batch.log_min_p.unsqueeze(1), -math.inf)
+    return logits
+
+
+def _draw(processed: torch.Tensor, batch: SamplingBatch,
+          generator: torch.Generator | None) -> torch.Tensor:
+    """Stage 4 for every row ([batch] int64); greedy rows' results are discarded by the caller."""
+    temperature = torch.where(batch.temperature > 0, batch.temperature, 1.0).unsqueeze(1)
+    probs = truncate_logits(processed / temperature, batch).softmax(dim=-1)
+    q = torch.empty_like(probs)
+    if batch.any_unseeded_sampled:
+        q.exponential_(generator=generator)
+    else:
+        q.fill_(1.0)
+    for row, row_generator in batch.seeded:
+        q[row].exponential_(generator=row_generator)
+    # A zero draw would turn a filtered-out token's 0 / 0 into NaN, which argmax picks.
+    return (probs / q.clamp_min_(torch.finfo(q.dtype).tiny)).argmax(dim=-1)
+
+
+def _banned_tokens(row: SamplingRow, eos_token_ids: Collection[int]) -> set[int]:
+    """Token ids stage 1 sets to -inf for this row."""
+    params = row.params
+    banned = {word[-1] for word in params.bad_words_ids
+              if _context_ends_with(row.prompt_token_ids, row.output_token_ids, word[:-1])}
+    if len(row.output_token_ids) < params.min_tokens:
+        banned.update(params.stop_token_ids)
+        if not params.ignore_eos:
+            banned.update(eos_token_ids)
+    return banned
+
+
+def _context_ends_with(prompt: Sequence[int], output: Sequence[int],
+                       suffix: Sequence[int]) -> bool:
+    """Whether prompt + output ends with `suffix`, without concatenating a long prompt."""
+    n = len(suffix)
+    if n > len(prompt) + len(output):
+        return False
+    from_output = min(n, len(output))
+    tail = list(prompt[len(prompt) - (n - from_output):]) + list(output[len(output) - from_output:])
+    return tail == list(suffix)
+
+
+def _penalties(rows: Sequence[SamplingRow], vocab_size: int,
+               device: torch.device) -> Penalties | None:
+    params = [row.params for row in rows]
+    repetition = [p.repetition_penalty != 1 for p in params]
+    any_penalty = [r or p.frequency_penalty != 0 or p.presence_penalty != 0
+                   for r, p in zip(repetition, params)]
+    if not any(any_penalty):
+        return None
+
+    def column(values: list[float]) -> torch.Tensor:
+        return _to_device(torch.tensor(values, dtype=torch.float32).unsqueeze(1), device)
+
+    # Only rows that use a list ship it: the prompt is the long one and most rows have no penalty.
+    return Penalties(
+        repetition=column([p.repetition_penalty for p in params]),
+        frequency=column([p.frequency_penalty for p in params]),
+        presence=column([p.presence_penalty for p in params]),
+        prompt_tokens=_padded([row.prompt_token_ids if r else () for row, r in
+                               zip(rows, repetition)], vocab_size, device),
+        output_tokens=_padded([row.output_token_ids if a else () for row, a in
+                               zip(rows, any_penalty)], vocab_size, device),
+    )
+
+
+def _padded(lists: list[Sequence[int]], pad: int, device: torch.device) -> torch.Tensor:
+    """[len(lists), longest] int64, right-padded with `pad`."""
+    out = torch.full((len(lists), max(map(len, lists))), pad, dtype=torch.int64)
+    for i, ids in enumerate(lists):
+        out[i, :len(ids)] = torch.as_tensor(ids, dtype=torch.int64)
+    return _to_device(out, device)
+
+
+def _counts(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Occurrences [batch, vocab] float32 of each token id in tokens [batch, n] (pad excluded)."""
+    counts = torch.zeros(tokens.shape[0], vocab_size + 1, device=tokens.device)
+    # Adding 1.0s is exact below 2**24, so atomic-add order on the GPU cannot change the result.
+    counts.scatter_add_(1, tokens, torch.ones_like(tokens, dtype=counts.dtype))
+    return counts[:, :vocab_size]
+
+
+def _to_device(cpu: torch.Tensor, device: torch.device) -> torch.Tensor:
+    # Pinned memory makes the copy asynchronous, so building a batch never waits on the GPU.
+    if device.type == "cuda":
+        return cpu.pin_memory().to(device, non_blocking=True)
+    return cpu.to(device)

@@ -1,0 +1,232 @@
+"""Load a sharded safetensors DSA checkpoint into the model's parameter names.
+
+Checkpoint names follow the Hugging Face releases (per-expert tensors, the MTP layer at index
+num_hidden_layers); the model stacks experts ([E, 2I, H] gate+up, [E, H, I] down) and keeps the
+MTP layer under `mtp.{j}`. FP8 block weights are dequantized with weight_scale_inv at load.
+Every missing, unexpected or mis-shaped tensor is an error that names it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from dsa_backend.config import ModelConfig
+
+
+class WeightError(ValueError):
+    """A checkpoint's tensors do not match its config; the message names the tensor."""
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What the checkpoint holds beyond what its config says."""
+
+    mtp_has_indexer: bool
+
+
+def _indexer_shapes(prefix: str, c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    p = prefix + "self_attn.indexer."
+    return {
+        p + "wq_b.weight": (c.index_n_heads * c.index_head_dim, c.q_lora_rank),
+        p + "wk.weight": (c.index_head_dim, c.hidden_size),
+        p + "k_norm.weight": (c.index_head_dim,),
+        p + "k_norm.bias": (c.index_head_dim,),
+        p + "weights_proj.weight": (c.index_n_heads, c.hidden_size),
+    }
+
+
+def _decoder_layer_shapes(prefix: str, c: ModelConfig, moe: bool, indexer: bool) -> dict[str, tuple[int, ...]]:
+    h, heads = c.hidden_size, c.num_attention_heads
+    a = prefix + "self_attn."
+    shapes = {
+        prefix + "input_layernorm.weight": (h,),
+        prefix + "post_attention_layernorm.weight": (h,),
+        a + "q_a_proj.weight": (c.q_lora_rank, h),
+        a + "q_a_layernorm.weight": (c.q_lora_rank,),
+        a + "q_b_proj.weight": (heads * c.qk_head_dim, c.q_lora_rank),
+        a + "kv_a_proj_with_mqa.weight": (c.kv_lora_rank + c.qk_rope_head_dim, h),
+        a + "kv_a_layernorm.weight": (c.kv_lora_rank,),
+        a + "kv_b_proj.weight": (heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank),
+        a + "o_proj.weight": (h, heads * c.v_head_dim),
+    }
+    if indexer:
+        shapes.update(_indexer_shapes(prefix, c))
+    m = prefix + "mlp."
+    if not moe:
+        return {**shapes, **_mlp_shapes(m, h, c.intermediate_size)}
+    shapes[m + "gate.weight"] = (c.n_routed_experts, h)
+    shapes[m + "gate.e_score_correction_bias"] = (c.n_routed_experts,)
+    for e in range(c.n_routed_experts):
+        shapes.update(_mlp_shapes(f"{m}experts.{e}.", h, c.moe_intermediate_size))
+    if c.n_shared_experts:
+        shapes.update(_mlp_shapes(m + "shared_experts.", h, c.moe_intermediate_size * c.n_shared_experts))
+    return shapes
+
+
+def _mlp_shapes(prefix: str, hidden: int, inter: int) -> dict[str, tuple[int, ...]]:
+    return {prefix + "gate_proj.weight": (inter, hidden), prefix + "up_proj.weight": (inter, hidden),
+            prefix + "down_proj.weight": (hidden, inter)}
+
+
+def checkpoint_tensor_shapes(c: ModelConfig, mtp_has_indexer: bool = True) -> dict[str, tuple[int, ...]]:
+    """Every tensor a checkpoint of this config holds (unquantized names), with its shape.
+
+    The MTP layer's own embed_tokens / shared_head.head copies are optional and not listed.
+    """
+    shapes = {"model.embed_tokens.weight": (c.vocab_size, c.hidden_size),
+              "model.norm.weight": (c.hidden_size,)}
+    if not c.tie_word_embeddings:
+        shapes["lm_head.weight"] = (c.vocab_size, c.hidden_size)
+    for i in range(c.num_hidden_layers):
+        shapes.update(_decoder_layer_shapes(f"model.layers.{i}.", c, c.is_moe_layer(i), c.indexer_plan[i].full))
+    for j in range(c.num_nextn_predict_layers):
+        p = f"model.layers.{c.num_hidden_layers + j}."
+        shapes.update({p + "enorm.weight": (c.hidden_size,), p + "hnorm.weight": (c.hidden_size,),
+                       p + "eh_proj.weight": (c.hidden_size, 2 * c.hidden_size),
+                       p + "shared_head.norm.weight": (c.hidden_size,)})
+        shapes.update(_decoder_layer_shapes(p, c, moe=True, indexer=mtp_has_indexer))
+    return shapes
+
+
+def quantize_fp8_block(w: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """w [N, K] -> (e4m3 [N, K], weight_scale_inv [ceil(N/bn), ceil(K/bk)] float32), w ~ fp8 * scale."""
+    bn, bk = block
+    n, k = w.shape
+    padded = torch.zeros(-(-n // bn) * bn, -(-k // bk) * bk, dtype=torch.float32)
+    padded[:n, :k] = w.float()
+    tiles = padded.view(padded.shape[0] // bn, bn, padded.shape[1] // bk, bk)
+    scale = tiles.abs().amax(dim=(1, 3)).clamp_min(1e-12) / 448.0
+    q = (tiles / scale[:, None, :, None]).clamp(-448, 448).view_as(padded)[:n, :k]
+    return q.to(torch.float8_e4m3fn).contiguous(), scale
+
+
+def dequantize_fp8_block(w: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+    """Inverse of quantize_fp8_block, in float32."""
+    bn, bk = block
+    n, k = w.shape
+    expected = (-(-n // bn), -(-k // bk))
+    if tuple(scale_inv.shape) != expected:
+        raise WeightError(f"weight_scale_inv has shape {tuple(scale_inv.shape)}, expected {expected} for {n}x{k}")
+    scale = scale_inv.float().repeat_interleave(bn, 0)[:n].repeat_interleave(bk, 1)[:, :k]
+    return w.float() * scale
+
+
+class SafetensorsCheckpoint:
+    """Tensor names -> files of a (possibly sharded) safetensors checkpoint; reads lazily."""
+
+    def __init__(self, model_dir: str | Path):
+        self.dir = Path(model_dir)
+        index = self.dir / "model.safetensors.index.json"
+        if index.is_file():
+            self.files = dict(json.loads(index.read_text())["weight_map"])
+        elif (self.dir / "model.safetensors").is_file():
+            with safe_open(self.dir / "model.safetensors", "pt") as f:
+                self.files = {name: "model.safetensors" for name in f.keys()}
+        else:
+            raise WeightError(f"no model.safetensors or model.safetensors.index.json in {model_dir}")
+        self._open: dict[str, object] = {}
+
+    def names(self) -> set[str]:
+        return set(self.files)
+
+    def get(self, name: str) -> torch.Tensor:
+        file = self.files[name]
+        if file not in self._open:
+            path = self.dir / file
+            if not path.is_file():
+                raise WeightError(f"{name} is mapped to {file}, which does not exist")
+            self._open[file] = safe_open(path, "pt")
+        return self._open[file].get_tensor(name)
+
+
+_EXPERT = re.compile(r"(.*\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$")
+
+
+def load_weights(model_dir: str | Path, config: ModelConfig,
+                 dtype: torch.dtype) -> tuple[dict[str, torch.Tensor], CheckpointInfo]:
+    """Read, validate and convert a checkpoint to the model's state-dict names and `dtype`."""
+    ckpt = SafetensorsCheckpoint(model_dir)
+    names = ckpt.names()
+    info = CheckpointInfo(mtp_has_indexer=_mtp_has_indexer(config, names))
+    expected = checkpoint_tensor_shapes(config, info.mtp_has_indexer)
+    quantized = {n[: -len("_scale_inv")] for n in names if n.endswith(".weight_scale_inv")}
+    if quantized and config.quantization is None:
+        raise WeightError(f"{sorted(quantized)[0]}_scale_inv found but config.json has no quantization_config")
+    _check_names(config, expected, names - {n + "_scale_inv" for n in quantized})
+
+    state: dict[str, torch.Tensor] = {}
+    experts: dict[str, dict[tuple[int, str], torch.Tensor]] = {}
+    for name, shape in expected.items():
+        tensor = ckpt.get(name)
+        if tuple(tensor.shape) != shape:
+            raise WeightError(f"{name} has shape {tuple(tensor.shape)}, expected {shape}")
+        if name in quantized:
+            tensor = dequantize_fp8_block(tensor, ckpt.get(name + "_scale_inv"), config.quantization.block)
+        elif tensor.dtype == torch.float8_e4m3fn:
+            raise WeightError(f"{name} is float8 but has no {name}_scale_inv")
+        keep_fp32 = name.endswith(("e_score_correction_bias", "weights_proj.weight"))  # fp32 in releases
+        tensor = tensor.to(torch.float32 if keep_fp32 else dtype)
+        match = _EXPERT.match(name)
+        if match:
+            experts.setdefault(_model_name(match.group(1), config), {})[(int(match.group(2)), match.group(3))] = tensor
+        else:
+            state[_model_name(name, config)] = tensor
+    for j in range(config.num_nextn_predict_layers):
+        # Releases repeat the embedding and head in the MTP layer; the model shares the main ones.
+        p = f"model.layers.{config.num_hidden_layers + j}."
+        for name in (p + "embed_tokens.weight", p + "shared_head.head.weight"):
+            if name in names and tuple(ckpt.get(name).shape) != (config.vocab_size, config.hidden_size):
+                raise WeightError(f"{name} has shape {tuple(ckpt.get(name).shape)}, "
+                                  f"expected {(config.vocab_size, config.hidden_size)}")
+    for prefix, parts in experts.items():
+        n = config.n_routed_experts
+        state[prefix + ".w13"] = torch.stack([torch.cat([parts[(e, "gate")], parts[(e, "up")]]) for e in range(n)])
+        state[prefix + ".w2"] = torch.stack([parts[(e, "down")] for e in range(n)])
+    return state, info
+
+
+def _mtp_has_indexer(config: ModelConfig, names: set[str]) -> bool:
+    layers = range(config.num_hidden_layers, config.num_hidden_layers + config.num_nextn_predict_layers)
+    return any(f"model.layers.{i}.self_attn.indexer.wq_b.weight" in names for i in layers)
+
+
+def _check_names(config: ModelConfig, expected: dict[str, tuple[int, ...]], names: set[str]) -> None:
+    optional = set()
+    for j in range(config.num_nextn_predict_layers):
+        p = f"model.layers.{config.num_hidden_layers + j}."
+        optional |= {p + "embed_tokens.weight", p + "shared_head.head.weight"}
+    missing = sorted(set(expected) - names)
+    if missing:
+        raise WeightError(f"checkpoint is missing {missing[0]}" + _plan_hint(config, missing[0])
+                          + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    unexpected = sorted(names - set(expected) - optional)
+    if unexpected:
+        raise WeightError(f"unexpected tensor {unexpected[0]}" + _plan_hint(config, unexpected[0])
+                          + (f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""))
+
+
+def _plan_hint(config: ModelConfig, name: str) -> str:
+    match = re.match(r"model\.layers\.(\d+)\.self_attn\.indexer\.", name)
+    if not match or int(match.group(1)) >= config.num_hidden_layers:
+        return ""
+    layer = int(match.group(1))
+    kind = "full (runs its own indexer)" if config.indexer_plan[layer].full else "shared (reuses the previous top-k)"
+    return f": layer {layer} is {kind} in the indexer plan from config.json"
+
+
+def _model_name(name: str, config: ModelConfig) -> str:
+    """Checkpoint name -> model state-dict name (the MTP layer moves to mtp.{j})."""
+    match = re.match(r"model\.layers\.(\d+)\.(.*)", name)
+    if match and int(match.group(1)) >= config.num_hidden_layers:
+        j = int(match.group(1)) - config.num_hidden_layers
+        rest = match.group(2)
+        if rest.startswith(("self_attn.", "mlp.", "input_layernorm.", "post_attention_layernorm.")):
+            rest = "decoder." + rest
+        return f"mtp.{j}.{rest}"
+    return name
