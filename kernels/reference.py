@@ -1,0 +1,258 @@
+"""PyTorch references for every DSA kernel: the CPU path of the dispatch layer and the test oracle.
+
+Conventions shared with the Triton kernels (see kernels/dispatch.py for the public entry points):
+- Indexer score of key t for query token i:
+      score[i, t] = k_scale[t] * sum_h w[i, h] * relu(q[i, h] . k_fp8[t])
+  q and k_fp8 are the e4m3 values (exact products, fp32 sums). The caller folds q's own per-token
+  scale, softmax_scale and heads^-0.5 into w, as DeepGEMM's fp8 MQA logits expect.
+- Positions a kernel cannot see (past a token's context, outside [k_start, k_end)) are -inf.
+- Top-k returns positions (0-based within the row's range) in ascending order, -1 padded; ties
+  go to the lower position. Rows no longer than k return every position (dense attention).
+- Slot ids: slot = page * page_size + offset; -1 is an invalid entry everywhere.
+The byte layouts come from dsa_backend.cache.layout and are not redefined here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from dsa_backend.cache.layout import (
+    INDEX_FP8_BYTES,
+    INDEX_HEAD_DIM,
+    KV_LORA_RANK,
+    MLA_FP8_BYTES,
+    ROPE_DIM,
+    pack_mla_fp8,
+    quantize_index_keys,
+    unpack_mla_fp8,
+)
+
+FP8 = torch.float8_e4m3fn
+
+
+def hadamard_matrix(n: int = INDEX_HEAD_DIM, device=None) -> torch.Tensor:
+    """Sylvester Hadamard matrix [n, n] float32 scaled by n^-0.5 (fast_hadamard_transform's order)."""
+    if n & (n - 1):
+        raise ValueError(f"hadamard size must be a power of two, got {n}")
+    i = torch.arange(n, device=device)
+    bits = torch.bitwise_and(i[:, None], i[None, :])
+    parity = torch.zeros_like(bits)
+    while bool(bits.any()):
+        parity ^= bits & 1
+        bits = bits >> 1
+    return (1 - 2 * parity).float() * n**-0.5
+
+
+def rotate_hadamard(x: torch.Tensor) -> torch.Tensor:
+    """x [..., D] -> x @ H in float32 (the rotation applied before FP8 quantization)."""
+    return x.float() @ hadamard_matrix(x.shape[-1], x.device)
+
+
+# ---------------------------------------------------------------- cache stores (in place)
+
+
+def store_index_keys_ref(
+    pool: torch.Tensor, keys: torch.Tensor, slots: torch.Tensor, page_size: int, rotate: bool = False
+) -> None:
+    """Quantize keys [T, 128] and write them into pool [num_pages, page_size*132] uint8.
+
+    Page layout: page_size*128 e4m3 values, then page_size float32 scales. Slots < 0 are skipped.
+    """
+    keep = slots >= 0
+    keys, slots = keys[keep], slots[keep].long()
+    if rotate:
+        keys = rotate_hadamard(keys)
+    values, scale = quantize_index_keys(keys)
+    page, off = slots // page_size, slots % page_size
+    cols = off[:, None] * INDEX_HEAD_DIM + torch.arange(INDEX_HEAD_DIM, device=pool.device)
+    pool[page[:, None], cols] = values.view(torch.uint8)
+    scale_cols = page_size * INDEX_HEAD_DIM + off[:, None] * 4 + torch.arange(4, device=pool.device)
+    pool[page[:, None], scale_cols] = scale.contiguous().view(torch.uint8).view(-1, 4)
+
+
+def store_mla_ref(pool: torch.Tensor, latent: torch.Tensor, rope: torch.Tensor, slots: torch.Tensor) -> None:
+    """Write latent [T, 512] + rope [T, 64] at pool[slot]: bf16 [S, 576] or FP8 uint8 [S, 656]."""
+    keep = slots >= 0
+    latent, rope, slots = latent[keep], rope[keep], slots[keep].long()
+    if pool.dtype == torch.uint8:
+        pool[slots] = pack_mla_fp8(latent, rope)
+    else:
+        pool[slots] = torch.cat([latent, rope], dim=-1).to(pool.dtype)
+
+
+def gather_index_keys_ref(pool: torch.Tensor, slots: torch.Tensor, page_size: int):
+    """Read back keys at slots [T] -> (values [T, 128] e4m3, scales [T] float32)."""
+    slots = slots.long()
+    page, off = slots // page_size, slots % page_size
+    cols = off[:, None] * INDEX_HEAD_DIM + torch.arange(INDEX_HEAD_DIM, device=pool.device)
+    values = pool[page[:, None], cols].view(FP8)
+    scale_cols = page_size * INDEX_HEAD_DIM + off[:, None] * 4 + torch.arange(4, device=pool.device)
+    scales = pool[page[:, None], scale_cols].contiguous().view(torch.float32).view(-1)
+    return values, scales
+
+
+# ---------------------------------------------------------------- indexer logits
+
+
+def _scores(q: torch.Tensor, w: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor) -> torch.Tensor:
+    """q [N, H, D] e4m3, w [N, H], k [T, D] e4m3, k_scale [T] -> [N, T] float32."""
+    dots = torch.einsum("nhd,td->nht", q.float(), k.float())
+    return (dots.relu() * w.float()[:, :, None]).sum(1) * k_scale.float()[None, :]
+
+
+def paged_indexer_logits_ref(
+    q_fp8: torch.Tensor,
+    weights: torch.Tensor,
+    index_pool: torch.Tensor,
+    block_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    page_size: int,
+    max_context_len: int,
+    next_n: int = 1,
+) -> torch.Tensor:
+    """Logits [N, max_context_len] float32 of q [N, 64, 128] e4m3 against the paged key cache.
+
+    Token i belongs to request i // next_n (block_table row); context_lens [N] (or [N, 1]) is its
+    own causal key count.
+    """
+    lens = context_lens.reshape(-1).long()
+    n = q_fp8.shape[0]
+    out = torch.full((n, max_context_len), float("-inf"), device=q_fp8.device)
+    for i in range(n):
+        length = int(min(lens[i], max_context_len))
+        if length == 0:
+            continue
+        pos = torch.arange(length, device=q_fp8.device)
+        slots = block_table[i // next_n, pos // page_size].long() * page_size + pos % page_size
+        k, k_scale = gather_index_keys_ref(index_pool, slots, page_size)
+        out[i, :length] = _scores(q_fp8[i : i + 1], weights[i : i + 1], k, k_scale)[0]
+    return out
+
+
+def ragged_indexer_logits_ref(
+    q_fp8: torch.Tensor,
+    weights: torch.Tensor,
+    k_fp8: torch.Tensor,
+    k_scale: torch.Tensor,
+    k_start: torch.Tensor,
+    k_end: torch.Tensor,
+) -> torch.Tensor:
+    """Prefill logits [Nq, Nk] float32: query i sees keys [k_start[i], k_end[i]) of k_fp8 [Nk, 128]."""
+    logits = _scores(q_fp8, weights, k_fp8, k_scale)
+    pos = torch.arange(k_fp8.shape[0], device=q_fp8.device)
+    inside = (pos[None, :] >= k_start[:, None]) & (pos[None, :] < k_end[:, None])
+    return logits.masked_fill(~inside, float("-inf"))
+
+
+# ---------------------------------------------------------------- top-k and its transforms
+
+
+def topk_positions_ref(
+    logits: torch.Tensor, lengths: torch.Tensor, k: int, row_starts: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Top-k positions [N, k] int32 of logits[i, start_i : start_i + len_i], ascending, -1 padded."""
+    n, width = logits.shape
+    lengths = lengths.reshape(-1).long()
+    starts = torch.zeros_like(lengths) if row_starts is None else row_starts.reshape(-1).long()
+    span = max(int(lengths.max()) if n else 0, 1)
+    j = torch.arange(span, device=logits.device)
+    valid = j[None, :] < lengths[:, None]
+    cols = (starts[:, None] + j[None, :]).clamp(0, max(width - 1, 0))
+    vals = logits.float().gather(1, cols) if width else torch.zeros(n, span, device=logits.device)
+    # -0.0 and 0.0 are one value; invalid columns sort last, behind every valid one.
+    vals = torch.where(vals == 0, torch.zeros_like(vals), vals)
+    order = torch.sort(torch.where(valid, vals, float("-inf")), dim=1, descending=True, stable=True)[1]
+    order = torch.where(valid.gather(1, order), order, -1)
+    if span < k:
+        order = torch.cat([order, order.new_full((n, k - span), -1)], dim=1)
+    top = order[:, :k]
+    big = torch.iinfo(torch.int64).max
+    top = torch.sort(torch.where(top < 0, big, top), dim=1)[0]
+    return torch.where(top == big, -1, top).to(torch.int32)
+
+
+def paged_transform_ref(
+    positions: torch.Tensor, block_table: torch.Tensor, page_size: int, next_n: int = 1
+) -> torch.Tensor:
+    """Positions [N, k] -> pool slot ids via block_table [N // next_n, max_pages]; -1 stays -1."""
+    req = torch.arange(positions.shape[0], device=positions.device) // next_n
+    pos = positions.long().clamp_min(0)
+    pages = block_table.long()[req[:, None], pos // page_size]
+    slots = pages * page_size + pos % page_size
+    return torch.where(positions >= 0, slots, -1).to(torch.int32)
+
+
+def ragged_transform_ref(positions: torch.Tensor, offsets: torch.Tensor | None) -> torch.Tensor:
+    """Positions [N, k] -> indices into the ragged KV buffer: position + offsets[i]; -1 stays -1."""
+    if offsets is None:
+        raise RuntimeError(
+            "ragged top-k transform needs per-token offsets (topk_indices_offset) but got None; "
+            "decode-like modes must use the paged transform"
+        )
+    shifted = positions.long() + offsets.reshape(-1, 1).long()
+    return torch.where(positions >= 0, shifted, -1).to(torch.int32)
+
+
+# ---------------------------------------------------------------- sparse MLA
+
+
+def dequantize_mla_rows(kv_pool: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """kv_pool rows [...] -> [..., 576] float32, from a bf16 [S, 576] or FP8 uint8 [S, 656] pool."""
+    flat = rows.reshape(-1).long()
+    if kv_pool.dtype == torch.uint8:
+        if kv_pool.shape[-1] != MLA_FP8_BYTES:
+            raise ValueError(f"FP8 MLA pool rows must be {MLA_FP8_BYTES} bytes, got {kv_pool.shape[-1]}")
+        kv = unpack_mla_fp8(kv_pool[flat])
+    else:
+        kv = kv_pool[flat].float()
+    return kv.view(*rows.shape, KV_LORA_RANK + ROPE_DIM)
+
+
+def sparse_mla_ref(
+    q: torch.Tensor, kv_pool: torch.Tensor, indices: torch.Tensor, sm_scale: float, chunk: int = 64
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of q [N, H, 576] over kv_pool rows indices [N, topk] (-1 = skip), in float32.
+
+    Returns out [N, H, 512] float32 and lse [N, H] float32 (natural log; -inf for a row with no
+    valid index, whose output is 0). V is the first 512 dims of each latent row.
+    """
+    n, h, _ = q.shape
+    out = torch.zeros(n, h, KV_LORA_RANK, device=q.device)
+    lse = torch.full((n, h), float("-inf"), device=q.device)
+    num_slots = kv_pool.shape[0]
+    for s in range(0, n, chunk):
+        idx = indices[s : s + chunk].long()
+        valid = (idx >= 0) & (idx < num_slots)
+        kv = dequantize_mla_rows(kv_pool, idx.clamp(0, num_slots - 1))
+        scores = torch.einsum("nhd,ntd->nht", q[s : s + chunk].float(), kv) * sm_scale
+        scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+        row_lse = torch.logsumexp(scores, dim=-1)
+        probs = torch.exp(scores - row_lse[..., None]).nan_to_num(0.0)
+        out[s : s + chunk] = torch.einsum("nht,ntd->nhd", probs, kv[..., :KV_LORA_RANK])
+        lse[s : s + chunk] = row_lse
+    return out, lse
+
+
+def default_sm_scale(d_qk: int = KV_LORA_RANK + ROPE_DIM) -> float:
+    """1/sqrt(d_qk); DeepSeek-V3.2 multiplies in its YaRN mscale^2, which the caller owns."""
+    return 1.0 / math.sqrt(d_qk)
+
+
+__all__ = [
+    "INDEX_FP8_BYTES",
+    "hadamard_matrix",
+    "rotate_hadamard",
+    "store_index_keys_ref",
+    "store_mla_ref",
+    "gather_index_keys_ref",
+    "paged_indexer_logits_ref",
+    "ragged_indexer_logits_ref",
+    "topk_positions_ref",
+    "paged_transform_ref",
+    "ragged_transform_ref",
+    "dequantize_mla_rows",
+    "sparse_mla_ref",
+    "default_sm_scale",
+]
