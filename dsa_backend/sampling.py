@@ -25,14 +25,19 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from dsa_backend.sampling_params import SamplingParams
 
+# Logits divided by less can overflow float32 to inf and softmax to NaN; sampling that cold is
+# argmax anyway (vLLM's sampler uses the same floor).
+_MIN_TEMPERATURE = 1e-5
+
 
 class SamplingRow(NamedTuple):
-    """One request's state for this step, as the engine holds it."""
+    """One request's state for this step, as the engine holds it (token ids: lists or arrays)."""
 
     params: SamplingParams
     prompt_token_ids: Sequence[int]
@@ -127,7 +132,8 @@ class SamplingBatch:
         has_bans = bool(ban_tokens)
         return cls(
             vocab_size=vocab_size,
-            temperature=put([p.temperature for p in params], torch.float32),
+            temperature=put([0.0 if p.greedy else max(p.temperature, _MIN_TEMPERATURE)
+                             for p in params], torch.float32),
             top_k=put([p.top_k or vocab_size for p in params], torch.int64),
             top_p=put([p.top_p if p.top_p < 1 else math.inf for p in params], torch.float32),
             log_min_p=put([math.log(p.min_p) if p.min_p > 0 else -math.inf for p in params],
@@ -266,10 +272,11 @@ def _penalties(rows: Sequence[SamplingRow], vocab_size: int,
 
 def _padded(lists: list[Sequence[int]], pad: int, device: torch.device) -> torch.Tensor:
     """[len(lists), longest] int64, right-padded with `pad`."""
-    out = torch.full((len(lists), max(map(len, lists))), pad, dtype=torch.int64)
+    # numpy copies a list of ints several times faster than torch.as_tensor, and an array at once.
+    out = np.full((len(lists), max(map(len, lists))), pad, dtype=np.int64)
     for i, ids in enumerate(lists):
-        out[i, :len(ids)] = torch.as_tensor(ids, dtype=torch.int64)
-    return _to_device(out, device)
+        out[i, :len(ids)] = ids
+    return _to_device(torch.from_numpy(out), device)
 
 
 def _counts(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
