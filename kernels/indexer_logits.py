@@ -1,0 +1,190 @@
+"""Lightning-indexer logits in Triton: paged (decode / verify / draft-extend) and ragged (prefill).
+
+score[i, t] = k_scale[t] * sum_h w[i, h] * relu(q[i, h] . k[t])  (convention: kernels/reference.py)
+
+The paged kernel walks each request's pages once for all of its next_n query tokens: one
+program holds the request's [next_n * 64, 128] e4m3 queries and multiplies them with every key
+tile it loads, so next_n = 2 or 4 adds matrix work, not key-cache traffic (the pass SGLang had to
+revert did this through DeepGEMM; here each token keeps its own causal length).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from dsa_backend.cache.layout import INDEX_FP8_BYTES, INDEX_HEAD_DIM
+
+
+@triton.jit
+def _scores_tile(q, w, k, k_scale, ROWS_Q: tl.constexpr, H: tl.constexpr, BLOCK_K: tl.constexpr):
+    """q [ROWS_Q*H, D] e4m3, w [ROWS_Q*H], k [BLOCK_K, D] e4m3, k_scale [BLOCK_K] -> [ROWS_Q, BLOCK_K]."""
+    s = tl.dot(q, tl.trans(k))
+    s = tl.maximum(s, 0.0) * w[:, None]
+    s = tl.sum(tl.reshape(s, (ROWS_Q, H, BLOCK_K)), axis=1)
+    return s * k_scale[None, :]
+
+
+@triton.jit
+def _paged_logits_kernel(
+    q_ptr, w_ptr, kv_ptr, kscale_ptr, bt_ptr, stride_bt, lens_ptr, out_ptr, stride_out, max_len,
+    NEXT_N: tl.constexpr, NP: tl.constexpr, H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_K: tl.constexpr, KEYS_PER_PROG: tl.constexpr, CLEAN: tl.constexpr,
+):
+    # NP = next_n rounded up to a power of two (Triton tile sizes); padded tokens are masked off
+    req = tl.program_id(0)
+    start = tl.program_id(1) * KEYS_PER_PROG
+    j = tl.arange(0, NP)
+    tok_ok = j < NEXT_N
+    tok = req * NEXT_N + j
+    lens = tl.load(lens_ptr + tok, mask=tok_ok, other=0)
+    req_len = tl.max(lens, axis=0)
+    out_rows = out_ptr + tok[:, None].to(tl.int64) * stride_out
+    if start < req_len:
+        r = tl.arange(0, NP * H)
+        rows = req.to(tl.int64) * NEXT_N * H + r
+        row_ok = r < NEXT_N * H
+        d = tl.arange(0, D)
+        q = tl.load(q_ptr + rows[:, None] * D + d[None, :], mask=row_ok[:, None], other=0.0)
+        w = tl.load(w_ptr + rows, mask=row_ok, other=0.0)
+        page_bytes = PAGE * (D + 4)
+        for k0 in range(0, KEYS_PER_PROG, BLOCK_K):
+            pos = start + k0 + tl.arange(0, BLOCK_K)
+            live = pos < req_len
+            page = tl.load(bt_ptr + req.to(tl.int64) * stride_bt + pos // PAGE, mask=live, other=0).to(tl.int64)
+            base = page * page_bytes
+            off = pos % PAGE
+            k = tl.load(kv_ptr + (base + off * D)[:, None] + d[None, :], mask=live[:, None], other=0.0)
+            k_scale = tl.load(kscale_ptr + (base + PAGE * D) // 4 + off, mask=live, other=0.0)
+            s = _scores_tile(q, w, k, k_scale, NP, H, BLOCK_K)
+            s = tl.where(pos[None, :] < lens[:, None], s, float("-inf"))
+            if CLEAN:
+                tl.store(out_rows + pos[None, :], s, mask=tok_ok[:, None] & (pos[None, :] < max_len))
+            else:
+                tl.store(out_rows + pos[None, :], s, mask=tok_ok[:, None] & (pos[None, :] < req_len))
+    elif CLEAN:
+        for k0 in range(0, KEYS_PER_PROG, BLOCK_K):
+            pos = start + k0 + tl.arange(0, BLOCK_K)
+            ninf = tl.full((NP, BLOCK_K), float("-inf"), tl.float32)
+            tl.store(out_rows + pos[None, :], ninf, mask=tok_ok[:, None] & (pos[None, :] < max_len))
+
+
+def _check_q(q_fp8: torch.Tensor, weights: torch.Tensor) -> None:
+    if q_fp8.dtype != torch.float8_e4m3fn or q_fp8.dim() != 3 or q_fp8.shape[-1] != INDEX_HEAD_DIM:
+        raise ValueError(f"q_fp8 must be float8_e4m3fn [tokens, heads, {INDEX_HEAD_DIM}], got "
+                         f"{q_fp8.dtype} {tuple(q_fp8.shape)}")
+    if weights.shape != q_fp8.shape[:2] or weights.dtype != torch.float32:
+        raise ValueError(f"weights must be float32 {tuple(q_fp8.shape[:2])}, got {weights.dtype} {tuple(weights.shape)}")
+
+
+def paged_config(batch: int, max_context_len: int, next_n: int, num_sms: int = 132) -> dict:
+    """Tile shape for the paged kernel: 64-key tiles, enough key chunks to give every SM work."""
+    keys_per_prog = 1024
+    while keys_per_prog > 128 and batch * triton.cdiv(max_context_len, keys_per_prog) < 4 * num_sms:
+        keys_per_prog //= 2
+    return dict(BLOCK_K=64, KEYS_PER_PROG=keys_per_prog, num_warps=4 * max(1, triton.next_power_of_2(next_n) // 2), num_stages=3)
+
+
+def paged_indexer_logits(
+    q_fp8: torch.Tensor, weights: torch.Tensor, index_pool: torch.Tensor, block_table: torch.Tensor,
+    context_lens: torch.Tensor, page_size: int, max_context_len: int, next_n: int = 1,
+    clean_logits: bool = True, config: dict | None = None,
+) -> torch.Tensor:
+    """q [N, H, 128] e4m3, weights [N, H] fp32 -> logits [N, max_context_len] fp32 (-inf masked).
+
+    block_table [N // next_n, max_pages] int32 (a per-token [N, ...] table is strided down);
+    context_lens [N] or [N, 1] int32, each token's own causal length. clean_logits=False leaves
+    columns past the request's longest token unwritten (top-k never reads them).
+    """
+    _check_q(q_fp8, weights)
+    n, heads, _ = q_fp8.shape
+    if n % next_n:
+        raise ValueError(f"tokens ({n}) must be a multiple of next_n ({next_n})")
+    batch = n // next_n
+    if block_table.shape[0] == n and next_n > 1:
+        block_table = block_table[::next_n]
+    if block_table.shape[0] != batch:
+        raise ValueError(f"block_table has {block_table.shape[0]} rows, expected {batch} (or {n})")
+    lens = context_lens.reshape(-1)
+    if lens.numel() != n:
+        raise ValueError(f"context_lens must hold one length per query token ({n}), got {tuple(context_lens.shape)}")
+    if index_pool.shape[-1] != page_size * INDEX_FP8_BYTES or not index_pool.is_contiguous():
+        raise ValueError(f"index_pool must be contiguous uint8 [pages, {page_size * INDEX_FP8_BYTES}]")
+    out = torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
+    if n == 0 or max_context_len == 0:
+        return out
+    cfg = dict(config or paged_config(batch, max_context_len, next_n))
+    grid = (batch, triton.cdiv(max_context_len, cfg["KEYS_PER_PROG"]))
+    _paged_logits_kernel[grid](
+        q_fp8.contiguous(), weights.contiguous(), index_pool.view(torch.float8_e4m3fn),
+        index_pool.view(torch.float32), block_table, block_table.stride(0), lens.to(torch.int32),
+        out, out.stride(0), max_context_len,
+        NEXT_N=next_n, NP=triton.next_power_of_2(next_n), H=heads, D=INDEX_HEAD_DIM, PAGE=page_size, CLEAN=clean_logits, **cfg,
+    )
+    return out
+
+
+@triton.jit
+def _ragged_logits_kernel(
+    q_ptr, w_ptr, k_ptr, kscale_ptr, ks_ptr, ke_ptr, out_ptr, stride_out, num_q, num_k,
+    BLOCK_Q: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
+    BLOCK_K: tl.constexpr, KEYS_PER_PROG: tl.constexpr, CLEAN: tl.constexpr,
+):
+    tok = tl.program_id(0) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    start = tl.program_id(1) * KEYS_PER_PROG
+    tok_ok = tok < num_q
+    ks = tl.load(ks_ptr + tok, mask=tok_ok, other=2147483647)
+    ke = tl.load(ke_ptr + tok, mask=tok_ok, other=0)
+    lo = tl.min(ks, axis=0)
+    hi = tl.max(ke, axis=0)
+    out_rows = out_ptr + tok[:, None].to(tl.int64) * stride_out
+    if (start < hi) & (start + KEYS_PER_PROG > lo):
+        rows = tl.program_id(0).to(tl.int64) * BLOCK_Q * H + tl.arange(0, BLOCK_Q * H)
+        row_ok = rows < num_q * H
+        d = tl.arange(0, D)
+        q = tl.load(q_ptr + rows[:, None] * D + d[None, :], mask=row_ok[:, None], other=0.0)
+        w = tl.load(w_ptr + rows, mask=row_ok, other=0.0)
+        for k0 in range(0, KEYS_PER_PROG, BLOCK_K):
+            pos = start + k0 + tl.arange(0, BLOCK_K)
+            live = (pos >= lo) & (pos < hi)
+            k = tl.load(k_ptr + pos[:, None].to(tl.int64) * D + d[None, :], mask=live[:, None], other=0.0)
+            k_scale = tl.load(kscale_ptr + pos, mask=live, other=0.0)
+            s = _scores_tile(q, w, k, k_scale, BLOCK_Q, H, BLOCK_K)
+            inside = (pos[None, :] >= ks[:, None]) & (pos[None, :] < ke[:, None])
+            s = tl.where(inside, s, float("-inf"))
+            tl.store(out_rows + pos[None, :], s, mask=tok_ok[:, None] & (pos[None, :] < num_k))
+    elif CLEAN:
+        for k0 in range(0, KEYS_PER_PROG, BLOCK_K):
+            pos = start + k0 + tl.arange(0, BLOCK_K)
+            ninf = tl.full((BLOCK_Q, BLOCK_K), float("-inf"), tl.float32)
+            tl.store(out_rows + pos[None, :], ninf, mask=tok_ok[:, None] & (pos[None, :] < num_k))
+
+
+def ragged_indexer_logits(
+    q_fp8: torch.Tensor, weights: torch.Tensor, k_fp8: torch.Tensor, k_scale: torch.Tensor,
+    k_start: torch.Tensor, k_end: torch.Tensor, clean_logits: bool = True, config: dict | None = None,
+) -> torch.Tensor:
+    """Prefill logits [Nq, Nk] fp32; query i sees keys [k_start[i], k_end[i]) of k_fp8 [Nk, 128].
+
+    Same contract as DeepGEMM's fp8_mqa_logits; clean_logits=False leaves key tiles that no query
+    of a 2-token block can see unwritten.
+    """
+    _check_q(q_fp8, weights)
+    num_q, heads, _ = q_fp8.shape
+    num_k = k_fp8.shape[0]
+    if k_start is None or k_end is None:
+        raise RuntimeError("ragged indexer logits need per-token key ranges k_start/k_end; got None")
+    if k_fp8.shape != (num_k, INDEX_HEAD_DIM) or k_scale.shape != (num_k,):
+        raise ValueError(f"k_fp8 must be [Nk, {INDEX_HEAD_DIM}] and k_scale [Nk]")
+    out = torch.empty(num_q, num_k, device=q_fp8.device, dtype=torch.float32)
+    if num_q == 0 or num_k == 0:
+        return out
+    cfg = dict(config or dict(BLOCK_Q=2, BLOCK_K=64, KEYS_PER_PROG=512, num_warps=8, num_stages=3))
+    grid = (triton.cdiv(num_q, cfg["BLOCK_Q"]), triton.cdiv(num_k, cfg["KEYS_PER_PROG"]))
+    _ragged_logits_kernel[grid](
+        q_fp8.contiguous(), weights.contiguous(), k_fp8.contiguous(), k_scale.float().contiguous(),
+        k_start.to(torch.int32), k_end.to(torch.int32), out, out.stride(0), num_q, num_k,
+        H=heads, D=INDEX_HEAD_DIM, CLEAN=clean_logits, **cfg,
+    )
+    return out
