@@ -1,0 +1,25 @@
+"""DSA GPU kernels (import name `dsa_kernels`): Triton kernels, their PyTorch references, and the
+dispatch layer that prefers DeepGEMM / FlashMLA where they load. Use the functions re-exported
+here; `dsa_kernels.reference` holds the oracles and the score/top-k conventions."""
+
+from .dispatch import (
+    available_backends,
+    paged_indexer_logits,
+    ragged_indexer_logits,
+    sparse_mla_decode,
+    sparse_mla_prefill,
+    store_index_keys,
+    store_mla_kv,
+    topk_transform,
+)
+
+__all__ = [
+    "available_backends",
+    "paged_indexer_logits",
+    "ragged_indexer_logits",
+    "sparse_mla_decode",
+    "sparse_mla_prefill",
+    "store_index_keys",
+    "store_mla_kv",
+    "topk_transform",
+]

@@ -1,0 +1,259 @@
+"""Public entry points: DeepGEMM / FlashMLA where they import and support the GPU, our Triton
+kernels otherwise on a GPU, the PyTorch references on the CPU.
+
+`backend` picks one explicitly ("reference", "triton", "deepgemm", "flashmla"); "auto" (the
+default) follows the order above. A library that is absent, fails to load, or refuses a shape is
+never an error under "auto": the call falls through to Triton (logged once per reason).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import torch
+
+from . import reference as ref
+
+log = logging.getLogger(__name__)
+TOPK_METHODS = ("paged", "ragged")
+
+
+@functools.cache
+def _library(name: str):
+    """The imported module, or None if it is missing or fails to load (e.g. no matching CUDA)."""
+    try:
+        return __import__(name)
+    except Exception as exc:  # noqa: BLE001 - a broken optional extension must not break serving
+        log.info("%s unavailable: %s", name, exc)
+        return None
+
+
+def _hopper_or_newer(t: torch.Tensor) -> bool:
+    return t.is_cuda and torch.cuda.get_device_capability(t.device)[0] in (9, 10)
+
+
+def available_backends(device: torch.device | str = "cuda") -> dict[str, bool]:
+    """Which backends this process can use on `device` (for logs and benchmarks)."""
+    cuda = torch.device(device).type == "cuda" and torch.cuda.is_available()
+    sm = torch.cuda.get_device_capability(device)[0] if cuda else 0
+    return {
+        "reference": True,
+        "triton": cuda and _library("triton") is not None,
+        "deepgemm": cuda and sm in (9, 10) and _library("deep_gemm") is not None,
+        "flashmla": cuda and sm in (9, 10) and _library("flash_mla") is not None,
+    }
+
+
+def _choose(t: torch.Tensor, backend: str, library: str | None) -> str:
+    if backend != "auto":
+        return backend
+    if not t.is_cuda:
+        return "reference"
+    if library and _hopper_or_newer(t) and _library(library.replace("deepgemm", "deep_gemm").replace("flashmla", "flash_mla")):
+        return library
+    return "triton"
+
+
+_REFUSED: set = set()
+
+
+def _try_library(backend: str, key: tuple, fn):
+    """Run a library call. Named explicitly, its errors propagate; under "auto" a refusal (shape,
+    arch) returns None once and for all, and the caller falls back to Triton."""
+    if backend != "auto":
+        return fn()
+    if key in _REFUSED:
+        return None
+    try:
+        return fn()
+    except (RuntimeError, AssertionError, ValueError, TypeError) as exc:
+        _REFUSED.add(key)
+        log.warning("%s refused %s, using Triton: %s", key[0], key[1:], exc)
+        return None
+
+
+# ---------------------------------------------------------------- cache stores
+
+
+def store_index_keys(pool, keys, slots, page_size: int, *, rotate: bool = False, backend: str = "auto") -> None:
+    """Quantize keys [T, 128] to e4m3 + per-token fp32 scale into pool [pages, page_size*132] uint8."""
+    if _choose(keys, backend, None) == "reference":
+        return ref.store_index_keys_ref(pool, keys, slots, page_size, rotate)
+    from .cache_store import store_index_keys as triton_store
+
+    triton_store(pool, keys, slots, page_size, rotate)
+
+
+def store_mla_kv(pool, latent, rope, slots, *, backend: str = "auto") -> None:
+    """Write latent [T, 512] + rope [T, 64] into a bf16 [S, 576] or FP8 uint8 [S, 656] MLA pool."""
+    if _choose(latent, backend, None) == "reference":
+        return ref.store_mla_ref(pool, latent, rope, slots)
+    from .cache_store import store_mla
+
+    store_mla(pool, latent, rope, slots)
+
+
+# ---------------------------------------------------------------- indexer logits
+
+
+def paged_indexer_logits(
+    q_fp8, weights, index_pool, block_table, context_lens, *, page_size: int, max_context_len: int,
+    next_n: int = 1, clean_logits: bool = True, backend: str = "auto",
+) -> torch.Tensor:
+    """Decode/verify/draft-extend logits [N, max_context_len] fp32 (convention: kernels/reference.py).
+
+    q_fp8 [N, H, 128] e4m3 with N = batch * next_n; weights [N, H] fp32; context_lens [N] or
+    [N, 1] int32 (one row per query token); block_table [batch, max_pages] int32.
+    """
+    if context_lens is None or block_table is None:
+        raise RuntimeError("paged indexer logits need block_table and per-token context_lens; got None")
+    choice = _choose(q_fp8, backend, "deepgemm")
+    if choice == "reference":
+        return ref.paged_indexer_logits_ref(
+            q_fp8, weights, index_pool, block_table, context_lens, page_size, max_context_len, next_n)
+    if choice == "deepgemm":
+        out = _try_library(backend, ("deepgemm", "paged", next_n, page_size, q_fp8.shape[1]), lambda: _deepgemm_paged(
+            q_fp8, weights, index_pool, block_table, context_lens, page_size, max_context_len, next_n, clean_logits))
+        if out is not None:
+            return out
+    from .indexer_logits import paged_indexer_logits as triton_paged
+
+    return triton_paged(q_fp8, weights, index_pool, block_table, context_lens, page_size, max_context_len,
+                        next_n, clean_logits)
+
+
+def _deepgemm_paged(q_fp8, weights, index_pool, block_table, context_lens, page_size, max_len, next_n, clean):
+    dg = _library("deep_gemm")
+    n, heads, dim = q_fp8.shape
+    batch = n // next_n
+    lens = context_lens.reshape(batch, next_n).to(torch.int32)  # DeepGEMM 0.1.4 on SM90: [batch, next_n]
+    sched = dg.get_paged_mqa_logits_metadata(lens, page_size, dg.get_num_sms())
+    kv = index_pool.view(index_pool.shape[0], page_size, 1, dim + 4)
+    table = block_table[::next_n] if block_table.shape[0] == n and next_n > 1 else block_table
+    out = dg.fp8_paged_mqa_logits(q_fp8.view(batch, next_n, heads, dim), kv, weights, lens, table, sched,
+                                  max_len, clean)
+    return out[:, :max_len]
+
+
+def ragged_indexer_logits(
+    q_fp8, weights, k_fp8, k_scale, k_start, k_end, *, clean_logits: bool = True, backend: str = "auto",
+) -> torch.Tensor:
+    """Prefill logits [Nq, Nk] fp32; query i sees keys [k_start[i], k_end[i]) of k_fp8 [Nk, 128]."""
+    if k_start is None or k_end is None:
+        raise RuntimeError("ragged indexer logits need per-token key offsets k_start/k_end; got None")
+    choice = _choose(q_fp8, backend, "deepgemm")
+    if choice == "reference":
+        return ref.ragged_indexer_logits_ref(q_fp8, weights, k_fp8, k_scale, k_start, k_end)
+    if choice == "deepgemm":
+        dg = _library("deep_gemm")
+        out = _try_library(backend, ("deepgemm", "ragged", q_fp8.shape[1]), lambda: dg.fp8_mqa_logits(
+            q_fp8, (k_fp8, k_scale.float()), weights, k_start.int(), k_end.int(), clean_logits))
+        if out is not None:
+            return out
+    from .indexer_logits import ragged_indexer_logits as triton_ragged
+
+    return triton_ragged(q_fp8, weights, k_fp8, k_scale, k_start, k_end, clean_logits)
+
+
+# ---------------------------------------------------------------- top-k
+
+
+def topk_transform(
+    logits, lengths, k: int, method: str, *, row_starts=None, block_table=None, page_size: int | None = None,
+    next_n: int = 1, offsets=None, backend: str = "auto",
+) -> torch.Tensor:
+    """Top-k of each row's range, transformed: [N, k] int32, -1 padded.
+
+    method "paged": pool slot ids through block_table [N // next_n, max_pages] (decode-like modes);
+    method "ragged": position + offsets[i] (prefill; offsets are required). Row i ranks
+    logits[i, row_starts[i] : row_starts[i] + lengths[i]] (row_starts defaults to 0).
+    """
+    if method not in TOPK_METHODS:
+        raise ValueError(f"top-k transform method must be one of {TOPK_METHODS}, got {method!r}")
+    if method == "ragged" and offsets is None:
+        raise RuntimeError("ragged top-k transform needs per-token offsets (topk_indices_offset) but got "
+                           "None; decode-like modes must use the paged transform")
+    if method == "paged" and (block_table is None or page_size is None):
+        raise RuntimeError("paged top-k transform needs block_table and page_size; got None")
+    if lengths is None:
+        raise RuntimeError("top-k needs per-row lengths; got None")
+    lengths = lengths.reshape(-1)
+    if lengths.numel() != logits.shape[0]:
+        raise ValueError(f"lengths has {lengths.numel()} entries for {logits.shape[0]} logit rows")
+    if _choose(logits, backend, None) == "reference":
+        pos = ref.topk_positions_ref(logits, lengths, k, row_starts)
+        if method == "paged":
+            return ref.paged_transform_ref(pos, block_table, page_size, next_n)
+        return ref.ragged_transform_ref(pos, offsets)
+    from . import topk as tk
+
+    if method == "paged":
+        return tk.topk_transform(logits, lengths.int(), k, tk.TRANSFORM_PAGED, row_starts=_int(row_starts),
+                                 block_table=block_table, page_size=page_size, next_n=next_n)
+    return tk.topk_transform(logits, lengths.int(), k, tk.TRANSFORM_RAGGED, row_starts=_int(row_starts),
+                             offsets=_int(offsets.reshape(-1)))
+
+
+def _int(t):
+    return None if t is None else t.to(torch.int32).contiguous()
+
+
+# ---------------------------------------------------------------- sparse MLA
+
+_FLASH_MLA_META: dict = {}
+
+
+def sparse_mla_decode(q, kv_pool, indices, sm_scale: float, *, backend: str = "auto"):
+    """q [N, H, 576] bf16 over pool rows indices [N, topk] (slot ids, -1 = skip).
+
+    kv_pool: bf16 [S, 576] or FP8 uint8 [S, 656]. Returns (out [N, H, 512] bf16, lse [N, H] fp32).
+    FlashMLA's sparse decode reads only the FP8 layout; a bf16 pool goes to Triton.
+    """
+    fp8 = kv_pool.dtype == torch.uint8
+    choice = _choose(q, backend, "flashmla" if fp8 else None)
+    if choice == "reference":
+        out, lse = ref.sparse_mla_ref(q, kv_pool, indices, sm_scale)
+        return out.to(torch.bfloat16), lse
+    if choice == "flashmla":
+        res = _try_library(backend, ("flashmla", "decode", q.shape[1], indices.shape[1]),
+                           lambda: _flashmla_decode(q, kv_pool, indices, sm_scale))
+        if res is not None:
+            return res
+    from .sparse_mla import sparse_mla
+
+    return sparse_mla(q, kv_pool, indices, sm_scale)
+
+
+def _flashmla_decode(q, kv_pool, indices, sm_scale):
+    fm = _library("flash_mla")
+    n, heads, _ = q.shape
+    block = 64 if kv_pool.shape[0] % 64 == 0 else 1  # slot ids are flat, any block size that divides works
+    key = (n, heads, indices.shape[1], block, q.device)
+    if key not in _FLASH_MLA_META:
+        _FLASH_MLA_META[key] = fm.get_mla_metadata()[0]
+    out, lse = fm.flash_mla_with_kvcache(
+        q.view(n, 1, heads, -1), kv_pool.view(-1, block, 1, kv_pool.shape[-1]), None, None, 512,
+        _FLASH_MLA_META[key], softmax_scale=sm_scale, is_fp8_kvcache=True,
+        indices=indices.view(n, 1, -1).int(), use_legacy=True)
+    return out.view(n, heads, -1), lse.view(n, heads)
+
+
+def sparse_mla_prefill(q, kv, indices, sm_scale: float, *, backend: str = "auto"):
+    """q [Nq, H, 576] bf16 over rows indices [Nq, topk] of kv [Nk, 576] bf16 (-1 = skip).
+
+    Returns (out [Nq, H, 512] bf16, lse [Nq, H] fp32, natural log).
+    """
+    choice = _choose(q, backend, "flashmla")
+    if choice == "reference":
+        out, lse = ref.sparse_mla_ref(q, kv, indices, sm_scale)
+        return out.to(torch.bfloat16), lse
+    if choice == "flashmla":
+        fm = _library("flash_mla")
+        res = _try_library(backend, ("flashmla", "prefill", q.shape[1], indices.shape[1]), lambda: fm.flash_mla_sparse_fwd(
+            q, kv.view(kv.shape[0], 1, -1), indices.view(q.shape[0], 1, -1).int(), sm_scale, 512, use_legacy=True))
+        if res is not None:
+            return res[0], res[2]
+    from .sparse_mla import sparse_mla
+
+    return sparse_mla(q, kv, indices, sm_scale)

@@ -1,0 +1,66 @@
+"""Triton cache stores write exactly the bytes of dsa_backend.cache.layout (references)."""
+
+import pytest
+import torch
+
+from dsa_kernels import cache_store, reference
+
+PAGE = 16
+
+
+def _index_pool(pages: int) -> torch.Tensor:
+    return torch.randint(0, 256, (pages, PAGE * 132), dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_index_key_store_is_bit_exact(rotate, dtype):
+    pool = _index_pool(4)
+    keys = (torch.randn(29, 128) * 5).to(dtype)
+    slots = torch.randperm(4 * PAGE)[:29]
+    slots[7] = -1  # padded row: skipped
+    got, want = pool.clone(), pool.clone()
+    cache_store.store_index_keys(got, keys, slots, PAGE, rotate=rotate)
+    reference.store_index_keys_ref(want, keys, slots, PAGE, rotate=rotate)
+    assert torch.equal(got, want)
+
+
+def test_index_key_store_round_trips_through_gather():
+    pool = _index_pool(3)
+    keys = torch.randn(10, 128)
+    slots = torch.tensor([0, 5, 15, 16, 17, 31, 32, 40, 47, 33])
+    cache_store.store_index_keys(pool, keys, slots, PAGE)
+    values, scales = reference.gather_index_keys_ref(pool, slots, PAGE)
+    back = values.float() * scales[:, None]
+    assert (back - keys).abs().max() <= keys.abs().amax(1).max() / 16  # e4m3: 3 mantissa bits
+
+
+def test_index_key_store_handles_zero_rows_and_saturating_values():
+    pool = _index_pool(2)
+    keys = torch.zeros(3, 128)
+    keys[1, 0] = 1e6
+    keys[2] = torch.linspace(-130, 130, 128)  # crosses e4m3 power-of-two rounding boundaries
+    slots = torch.tensor([1, 2, 3])
+    got, want = pool.clone(), pool.clone()
+    cache_store.store_index_keys(got, keys, slots, PAGE)
+    reference.store_index_keys_ref(want, keys, slots, PAGE)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_mla_store_is_bit_exact(fp8):
+    slots_total = 40
+    pool = torch.zeros(slots_total, 656, dtype=torch.uint8) if fp8 else torch.zeros(slots_total, 576, dtype=torch.bfloat16)
+    latent, rope = torch.randn(13, 512) * 3, torch.randn(13, 64)
+    slots = torch.randperm(slots_total)[:13]
+    slots[0] = -1
+    got, want = pool.clone(), pool.clone()
+    cache_store.store_mla(got, latent, rope, slots)
+    reference.store_mla_ref(want, latent, rope, slots)
+    assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+def test_mla_store_rejects_a_pool_of_the_wrong_width():
+    with pytest.raises(ValueError, match="656"):
+        cache_store.store_mla(torch.zeros(4, 600, dtype=torch.uint8), torch.randn(1, 512), torch.randn(1, 64),
+                              torch.tensor([0]))

@@ -1,0 +1,59 @@
+"""The dispatch layer: references on the CPU, clear errors for missing metadata, no hard deps."""
+
+import pytest
+import torch
+
+import dsa_kernels
+from dsa_kernels import dispatch, reference
+
+
+def test_cpu_uses_the_references_and_needs_no_gpu_library():
+    assert dispatch._choose(torch.zeros(1), "auto", "deepgemm") == "reference"
+    assert dsa_kernels.available_backends("cpu") == {
+        "reference": True, "triton": False, "deepgemm": False, "flashmla": False}
+
+
+def test_an_absent_library_is_not_an_error():
+    assert dispatch._library("no_such_kernel_library_xyz") is None
+
+
+def test_ragged_topk_without_offsets_raises_a_clear_error():
+    with pytest.raises(RuntimeError, match="offsets"):
+        dsa_kernels.topk_transform(torch.randn(2, 8), torch.tensor([8, 8]), 4, "ragged")
+
+
+def test_paged_topk_without_a_block_table_raises():
+    with pytest.raises(RuntimeError, match="block_table"):
+        dsa_kernels.topk_transform(torch.randn(2, 8), torch.tensor([8, 8]), 4, "paged", page_size=4)
+
+
+def test_unknown_topk_method_is_rejected():
+    with pytest.raises(ValueError, match="paged"):
+        dsa_kernels.topk_transform(torch.randn(1, 8), torch.tensor([8]), 4, "dense")
+
+
+def test_ragged_logits_without_offsets_raise():
+    q = torch.zeros(1, 4, 128).to(torch.float8_e4m3fn)
+    with pytest.raises(RuntimeError, match="k_start"):
+        dsa_kernels.ragged_indexer_logits(q, torch.zeros(1, 4), q[0], torch.ones(4), None, None)
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_topk_backends_agree(backend):
+    logits = torch.randn(4, 64)
+    lens = torch.tensor([0, 3, 40, 64])
+    table = torch.arange(16).view(4, 4).int()
+    out = dsa_kernels.topk_transform(logits, lens, 8, "paged", block_table=table, page_size=16, backend=backend)
+    want = reference.paged_transform_ref(reference.topk_positions_ref(logits, lens, 8), table, 16)
+    assert torch.equal(out, want)
+
+
+def test_reference_hadamard_is_orthonormal():
+    h = reference.hadamard_matrix(128)
+    assert torch.allclose(h @ h.T, torch.eye(128), atol=1e-5)
+
+
+def test_transformers_still_imports_next_to_dsa_kernels():
+    import transformers  # noqa: F401 - `kernels` must not shadow the Hugging Face package
+
+    assert dsa_kernels.__name__ == "dsa_kernels"

@@ -1,0 +1,72 @@
+"""Paged (native next_n) and ragged indexer logits match the float32 reference."""
+
+import pytest
+import torch
+
+from dsa_kernels import cache_store, indexer_logits, reference
+
+PAGE, HEADS = 16, 8
+SMALL_TILES = dict(BLOCK_K=16, KEYS_PER_PROG=32, num_warps=4, num_stages=1)
+
+
+def _paged_inputs(seq_lens, next_n, max_pages=6):
+    batch = len(seq_lens)
+    pages = batch * max_pages + 2
+    pool = torch.zeros(pages, PAGE * 132, dtype=torch.uint8)
+    cache_store.store_index_keys(pool, torch.randn(pages * PAGE, 128), torch.arange(pages * PAGE), PAGE)
+    table = torch.randperm(pages)[: batch * max_pages].view(batch, max_pages).int()
+    seq = torch.tensor(seq_lens)
+    # verify/draft-extend: token j of a request sees seq - next_n + j + 1 keys, one row per token
+    lens = torch.stack([(seq - next_n + j + 1).clamp_min(0) for j in range(next_n)], 1).reshape(-1).int()
+    q = (torch.randn(batch * next_n, HEADS, 128) * 2).to(torch.float8_e4m3fn)
+    w = torch.randn(batch * next_n, HEADS)
+    return q, w, pool, table, lens
+
+
+def _assert_close(out, want):
+    finite = torch.isfinite(want)
+    assert torch.equal(finite, torch.isfinite(out))
+    assert (out[finite] - want[finite]).abs().max() <= 1e-5 * want[finite].abs().max()
+
+
+@pytest.mark.parametrize("next_n", [1, 2, 3, 4])
+def test_paged_logits_match_reference_for_every_next_n(next_n):
+    q, w, pool, table, lens = _paged_inputs([37, 70, 5], next_n)
+    out = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, 96, next_n, config=SMALL_TILES)
+    _assert_close(out, reference.paged_indexer_logits_ref(q, w, pool, table, lens, PAGE, 96, next_n))
+
+
+def test_paged_logits_accept_a_per_token_block_table_and_2d_lengths():
+    q, w, pool, table, lens = _paged_inputs([20, 33], 2)
+    per_token = table.repeat_interleave(2, dim=0)
+    out = indexer_logits.paged_indexer_logits(q, w, pool, per_token, lens[:, None], PAGE, 40, 2, config=SMALL_TILES)
+    _assert_close(out, reference.paged_indexer_logits_ref(q, w, pool, table, lens, PAGE, 40, 2))
+
+
+def test_paged_logits_without_cleaning_write_every_visible_column():
+    q, w, pool, table, lens = _paged_inputs([0, 1, 17], 1)
+    out = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, 64, 1, clean_logits=False,
+                                              config=SMALL_TILES)
+    want = reference.paged_indexer_logits_ref(q, w, pool, table, lens, PAGE, 64, 1)
+    for i, n in enumerate(lens.tolist()):
+        assert torch.allclose(out[i, :n], want[i, :n], rtol=1e-5, atol=1e-5)
+
+
+def test_ragged_logits_match_reference_with_causal_ranges():
+    nq, nk = 11, 50
+    q = (torch.randn(nq, HEADS, 128) * 2).to(torch.float8_e4m3fn)
+    w = torch.randn(nq, HEADS)
+    k = torch.randn(nk, 128).to(torch.float8_e4m3fn)
+    k_scale = torch.rand(nk)
+    # two sequences: keys [0, 4) and [20, 50), causal inside each; one query with an empty range
+    k_start = torch.tensor([0] * 4 + [20] * 7).int()
+    k_end = torch.tensor([1, 2, 3, 4, 20, 21, 22, 30, 40, 50, 43]).int()
+    cfg = dict(BLOCK_Q=2, BLOCK_K=16, KEYS_PER_PROG=32, num_warps=4, num_stages=1)
+    out = indexer_logits.ragged_indexer_logits(q, w, k, k_scale, k_start, k_end, config=cfg)
+    _assert_close(out, reference.ragged_indexer_logits_ref(q, w, k, k_scale, k_start, k_end))
+
+
+def test_paged_logits_reject_lengths_that_are_not_one_per_token():
+    q, w, pool, table, lens = _paged_inputs([20, 33], 2)
+    with pytest.raises(ValueError, match="one length per query token"):
+        indexer_logits.paged_indexer_logits(q, w, pool, table, lens[::2], PAGE, 40, 2)
