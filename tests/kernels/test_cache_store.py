@@ -12,17 +12,33 @@ def _index_pool(pages: int) -> torch.Tensor:
     return torch.randint(0, 256, (pages, PAGE * 132), dtype=torch.uint8)
 
 
-@pytest.mark.parametrize("rotate", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_index_key_store_is_bit_exact(rotate, dtype):
+def test_index_key_store_is_bit_exact(dtype):
     pool = _index_pool(4)
     keys = (torch.randn(29, 128) * 5).to(dtype)
     slots = torch.randperm(4 * PAGE)[:29]
     slots[7] = -1  # padded row: skipped
     got, want = pool.clone(), pool.clone()
-    cache_store.store_index_keys(got, keys, slots, PAGE, rotate=rotate)
-    reference.store_index_keys_ref(want, keys, slots, PAGE, rotate=rotate)
+    cache_store.store_index_keys(got, keys, slots, PAGE)
+    reference.store_index_keys_ref(want, keys, slots, PAGE)
     assert torch.equal(got, want)
+
+
+def test_rotated_store_matches_within_one_e4m3_step():
+    # the fused Hadamard is a matmul with its own fp32 summation order: a value on an e4m3
+    # rounding boundary may round the other way, so this one is a tolerance, not bit-exact
+    pool = torch.zeros(4, PAGE * 132, dtype=torch.uint8)
+    keys = torch.randn(40, 128) * 5
+    slots = torch.randperm(4 * PAGE)[:40]
+    got, want = pool.clone(), pool.clone()
+    cache_store.store_index_keys(got, keys, slots, PAGE, rotate=True)
+    reference.store_index_keys_ref(want, keys, slots, PAGE, rotate=True)
+    gv, gs = reference.gather_index_keys_ref(got, slots, PAGE)
+    wv, ws = reference.gather_index_keys_ref(want, slots, PAGE)
+    assert torch.allclose(gs, ws, rtol=1e-6)
+    step = wv.float().abs() / 8 + 2**-9  # one e4m3 mantissa step
+    assert ((gv.float() - wv.float()).abs() <= step).all()
+    assert (gv.view(torch.uint8) != wv.view(torch.uint8)).float().mean() < 0.01
 
 
 def test_index_key_store_round_trips_through_gather():

@@ -1,0 +1,411 @@
+"""One device call: correctness checks and timings of the DSA kernels against DeepGEMM, FlashMLA,
+torch and the copy / bf16-matmul ceilings, all measured in the same run.
+
+    source .device/setup.sh && python3 benchmarks/bench_kernels.py            # GPU, writes $OUT
+    TRITON_INTERPRET=1 .venv/bin/python benchmarks/bench_kernels.py --smoke   # CPU logic check
+
+Writes results.json and results.md to $OUT (or ./bench_out) after every section, so a run cut
+short still returns what it measured. Sections stop starting once --budget seconds are spent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+try:
+    import dsa_kernels  # noqa: F401
+except ImportError:  # the device machine sees the repo root, not the installed package mapping
+    spec = importlib.util.spec_from_file_location("dsa_kernels", ROOT / "kernels" / "__init__.py",
+                                                  submodule_search_locations=[str(ROOT / "kernels")])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["dsa_kernels"] = mod
+    spec.loader.exec_module(mod)
+
+from dsa_kernels import dispatch, indexer_logits, reference, sparse_mla, topk  # noqa: E402
+
+ARGS = argparse.ArgumentParser()
+ARGS.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (interpreter), no timing claims")
+ARGS.add_argument("--budget", type=float, default=480.0, help="seconds after which no new section starts")
+ARGS.add_argument("--only", default="", help="comma list of sections to run")
+OPT = ARGS.parse_args()
+DEV = "cpu" if OPT.smoke else "cuda"
+T0 = time.time()
+OUT = Path(os.environ.get("OUT", ROOT / "bench_out"))
+OUT.mkdir(parents=True, exist_ok=True)
+RES: dict = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "rows": [], "checks": [], "errors": []}
+K = 64 if OPT.smoke else 2048
+PAGE = 64 if not OPT.smoke else 16
+NUM_SMS = 132 if OPT.smoke else torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def bench(fn) -> float:
+    """Median milliseconds."""
+    if OPT.smoke:
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=5, rep=30, return_mode="median"))
+
+
+def row(section, name, ms, **kw):
+    r = dict(section=section, name=name, ms=round(ms, 5), **kw)
+    RES["rows"].append(r)
+    print(json.dumps(r), flush=True)
+
+
+def check(name, ok, **kw):
+    RES["checks"].append(dict(name=name, ok=bool(ok), **kw))
+    print("CHECK", name, ok, kw, flush=True)
+
+
+def save():
+    (OUT / "results.json").write_text(json.dumps(RES, indent=1))
+    lines = [f"# kernel benchmarks {RES['date']} on {RES.get('gpu', DEV)}", "",
+             "| section | name | ms | metrics |", "| --- | --- | --- | --- |"]
+    for r in RES["rows"]:
+        extra = ", ".join(f"{k}={v}" for k, v in r.items() if k not in ("section", "name", "ms"))
+        lines.append(f"| {r['section']} | {r['name']} | {r['ms']} | {extra} |")
+    lines += ["", "| check | ok | detail |", "| --- | --- | --- |"]
+    for c in RES["checks"]:
+        lines.append(f"| {c['name']} | {c['ok']} | {', '.join(f'{k}={v}' for k, v in c.items() if k not in ('name', 'ok'))} |")
+    lines += ["", "errors:"] + [f"- {e}" for e in RES["errors"]]
+    (OUT / "results.md").write_text("\n".join(lines))
+
+
+def section(name):
+    def wrap(fn):
+        def run():
+            if OPT.only and name not in OPT.only.split(","):
+                return
+            if time.time() - T0 > OPT.budget:
+                RES["errors"].append(f"{name}: skipped, budget spent")
+                return
+            t = time.time()
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001 - record and go on to the next section
+                RES["errors"].append(f"{name}: {type(exc).__name__}: {str(exc)[:300]}")
+                traceback.print_exc()
+            RES.setdefault("section_s", {})[name] = round(time.time() - t, 1)
+            if DEV == "cuda":
+                torch.cuda.empty_cache()
+            save()
+        return run
+    return wrap
+
+
+def lib(name):
+    return None if OPT.smoke else dispatch._library(name)
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def index_pool(pages):
+    """Random valid FP8 key pages: e4m3 values from randn, positive scales."""
+    pool = torch.empty(pages, PAGE * 132, dtype=torch.uint8, device=DEV)
+    for s in range(0, pages, 4096):
+        e = min(pages, s + 4096)
+        pool[s:e, : PAGE * 128] = torch.randn(e - s, PAGE * 128, device=DEV).to(torch.float8_e4m3fn).view(torch.uint8)
+        pool[s:e, PAGE * 128:] = (torch.rand(e - s, PAGE, device=DEV) * 0.02 + 0.01).view(torch.uint8)
+    return pool
+
+
+def paged_case(batch, ctx, next_n, pool):
+    pages_per = math.ceil(ctx / PAGE)
+    table = torch.randperm(pool.shape[0], device=DEV)[: batch * pages_per].view(batch, pages_per).int()
+    seq = torch.full((batch,), ctx, device=DEV)
+    lens = torch.stack([seq - next_n + j + 1 for j in range(next_n)], 1).reshape(-1).int()
+    q = torch.randn(batch * next_n, 64, 128, device=DEV).to(torch.float8_e4m3fn)
+    w = torch.randn(batch * next_n, 64, device=DEV) * 0.1
+    return q, w, table, lens
+
+
+# ---------------------------------------------------------------- sections
+
+
+@section("ceilings")
+def ceilings():
+    if OPT.smoke:
+        RES["copy_GBps"], RES["matmul_TFLOPs"] = 1.0, 1.0
+        return
+    RES["gpu"] = torch.cuda.get_device_name(0)
+    x = torch.randn(1 << 29, device=DEV)  # 2 GiB
+    y = torch.empty_like(x)
+    ms = bench(lambda: y.copy_(x))
+    RES["copy_GBps"] = 2 * x.numel() * 4 / ms / 1e6
+    row("ceiling", "copy 2 GiB d2d", ms, GBps=round(RES["copy_GBps"]))
+    del x, y
+    a = torch.randn(8192, 8192, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=DEV, dtype=torch.bfloat16)
+    ms = bench(lambda: a @ b)
+    RES["matmul_TFLOPs"] = 2 * 8192**3 / ms / 1e9
+    row("ceiling", "bf16 matmul 8192^3", ms, TFLOPs=round(RES["matmul_TFLOPs"]))
+
+
+@section("correctness")
+def correctness():
+    # stores: bit-exact against the references on the GPU's own arithmetic
+    pool = index_pool(64)
+    keys = torch.randn(1000, 128, device=DEV) * 4
+    slots = torch.randperm(64 * PAGE, device=DEV)[:1000]
+    for rotate in (False, True):
+        a, b = pool.clone(), pool.clone()
+        dispatch.store_index_keys(a, keys, slots, PAGE, rotate=rotate, backend="triton")
+        reference.store_index_keys_ref(b, keys, slots, PAGE, rotate=rotate)
+        bad = int((a != b).sum())
+        # rotating is a matmul whose fp32 summation order differs: a rare value lands on the other
+        # side of an e4m3 rounding boundary, so only the unrotated store must be bit-exact
+        check(f"index store bytes rotate={rotate}", bad == 0 if not rotate else bad <= a.numel() * 1e-4,
+              mismatched_bytes=bad)
+    for fp8 in (False, True):
+        p = torch.zeros(2000, 656 if fp8 else 576, dtype=torch.uint8 if fp8 else torch.bfloat16, device=DEV)
+        lat, rope, sl = torch.randn(1000, 512, device=DEV), torch.randn(1000, 64, device=DEV), torch.randperm(2000, device=DEV)[:1000]
+        a, b = p.clone(), p.clone()
+        dispatch.store_mla_kv(a, lat, rope, sl, backend="triton")
+        reference.store_mla_ref(b, lat, rope, sl)
+        check(f"mla store bytes fp8={fp8}", torch.equal(a.view(torch.uint8), b.view(torch.uint8)))
+    # paged logits and the end-to-end top-k overlap against the fp32 reference
+    ctx = 600 if OPT.smoke else 9000
+    pool = index_pool(8 * math.ceil(ctx / PAGE) + 8)
+    for next_n in (1, 2, 4):
+        q, w, table, lens = paged_case(4, ctx, next_n, pool)
+        out = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, ctx, next_n)
+        want = reference.paged_indexer_logits_ref(q, w, pool, table, lens, PAGE, ctx, next_n)
+        fin = torch.isfinite(want)
+        err = float(((out - want)[fin]).abs().max() / want[fin].abs().max())
+        same_mask = torch.equal(fin, torch.isfinite(out))
+        got = topk.topk_transform(out, lens, K)
+        ref_pos = reference.topk_positions_ref(want, lens, K)
+        overlap = min(len(set(got[i].tolist()) & set(ref_pos[i].tolist())) / K for i in range(got.shape[0]))
+        exact = torch.equal(got, reference.topk_positions_ref(out, lens, K))
+        check(f"paged logits next_n={next_n}", same_mask and err < 1e-5 and overlap >= 0.99 and exact,
+              max_rel_err=err, topk_overlap_min=overlap, topk_exact_on_own_logits=exact)
+        if lib("deep_gemm") is not None:
+            try:
+                dg = dispatch._deepgemm_paged(q, w, pool, table, lens, PAGE, ctx, next_n, True)
+                err = float(((dg - want)[fin]).abs().max() / want[fin].abs().max())
+                check(f"deepgemm paged next_n={next_n} vs reference", err < 1e-3, max_rel_err=err)
+            except Exception as exc:  # noqa: BLE001
+                check(f"deepgemm paged next_n={next_n}", False, error=str(exc)[:200])
+    # sparse MLA against the fp32 reference
+    slots_total = 4096 if OPT.smoke else 65536
+    for fp8 in (False, True):
+        p = torch.zeros(slots_total, 656 if fp8 else 576, dtype=torch.uint8 if fp8 else torch.bfloat16, device=DEV)
+        dispatch.store_mla_kv(p, torch.randn(slots_total, 512, device=DEV), torch.randn(slots_total, 64, device=DEV),
+                              torch.arange(slots_total, device=DEV))
+        for heads in (64, 128):
+            n = 2 if OPT.smoke else 8
+            q = torch.randn(n, heads, 576, device=DEV).to(torch.bfloat16)
+            idx = torch.randint(0, slots_total, (n, K), device=DEV).int()
+            idx[0, K // 2:] = -1
+            want, _ = reference.sparse_mla_ref(q, p, idx, 576**-0.5, chunk=2)
+            out, _ = sparse_mla.sparse_mla(q, p, idx, 576**-0.5)
+            err = float((out.float() - want).norm() / want.norm())
+            check(f"sparse mla fp8={fp8} heads={heads}", err < (1e-2 if fp8 else 5e-3), rel_err=err)
+            if fp8 and lib("flash_mla") is not None:
+                try:
+                    fo, _ = dispatch._flashmla_decode(q, p, idx, 576**-0.5)
+                    ferr = float((fo.float() - want).norm() / want.norm())
+                    check(f"flashmla decode heads={heads} vs reference", ferr < 1e-2, rel_err=ferr)
+                except Exception as exc:  # noqa: BLE001
+                    check(f"flashmla decode heads={heads}", False, error=str(exc)[:200])
+
+
+PAGED_CONFIGS = [
+    dict(BLOCK_K=64, KEYS_PER_PROG=1024, num_warps=4, num_stages=3),
+    dict(BLOCK_K=128, KEYS_PER_PROG=1024, num_warps=8, num_stages=3),
+    dict(BLOCK_K=64, KEYS_PER_PROG=512, num_warps=8, num_stages=4),
+]
+
+
+@section("indexer")
+def indexer():
+    batches, ctxs = ([1, 4], [256, 1024]) if OPT.smoke else ([1, 32, 128], [4096, 32768, 131072])
+    max_tokens = max(batches) * max(ctxs)
+    pool = index_pool(max_tokens // PAGE + 64)
+    dg = lib("deep_gemm")
+    best_cfg = {}
+    for ctx in ctxs:
+        for batch in batches:
+            for next_n in (1, 2, 4):
+                if time.time() - T0 > OPT.budget * 0.55:
+                    RES["errors"].append(f"indexer: stopped before batch={batch} ctx={ctx}")
+                    return
+                q, w, table, lens = paged_case(batch, ctx, next_n, pool)
+                key_bytes = batch * ctx * 132
+                tag = dict(batch=batch, ctx=ctx, next_n=next_n)
+                sweep = batch == 128 and ctx == 32768 and not OPT.smoke
+                if sweep:
+                    cfgs = [dict(c, num_warps=max(c["num_warps"], 4 * min(next_n, 2))) for c in PAGED_CONFIGS]
+                    cfgs += [dict(BLOCK_K=64, KEYS_PER_PROG=1024, num_warps=16, num_stages=3)] if next_n == 4 else []
+                else:
+                    cfgs = [best_cfg.get(next_n)]
+                times = []
+                for cfg in cfgs:
+                    ms = bench(lambda: indexer_logits.paged_indexer_logits(
+                        q, w, pool, table, lens, PAGE, ctx, next_n, clean_logits=False, config=cfg))
+                    times.append((ms, cfg))
+                ms, cfg = min(times, key=lambda t: t[0])
+                if sweep:
+                    best_cfg[next_n] = cfg
+                    RES.setdefault("paged_sweep", []).append(dict(tag, times=[(round(t, 4), c) for t, c in times]))
+                gbps = key_bytes / ms / 1e6
+                row("indexer", "triton paged", ms, **tag, GBps=round(gbps), copy_frac=round(gbps / RES["copy_GBps"], 3),
+                    cfg=str(cfg))
+                if dg is not None:
+                    try:
+                        ms_dg = bench(lambda: dispatch._deepgemm_paged(q, w, pool, table, lens, PAGE, ctx, next_n, False))
+                        row("indexer", "deepgemm paged", ms_dg, **tag, GBps=round(key_bytes / ms_dg / 1e6),
+                            ours_over_dg_speed=round(ms_dg / ms, 3))
+                    except Exception as exc:  # noqa: BLE001
+                        RES["errors"].append(f"deepgemm paged {tag}: {str(exc)[:200]}")
+                if batch == max(batches) and ctx == ctxs[1]:
+                    # torch: the dequantize-and-matmul a framework would do (32 tokens keep it in memory)
+                    def torch_path():
+                        return reference.paged_indexer_logits_ref(q[:32], w[:32], pool, table, lens[:32], PAGE, ctx, next_n)
+                    if not OPT.smoke:
+                        row("indexer", "torch reference (first 32 tokens)", bench(torch_path), **tag)
+                del q, w, table, lens
+
+
+@section("topk")
+def topk_section():
+    cases = [(4, 256), (1, 1024)] if OPT.smoke else [(1, 32768), (32, 32768), (128, 32768), (1, 131072), (32, 131072), (128, 131072)]
+    for batch, ctx in cases:
+        logits = torch.randn(batch, ctx, device=DEV)
+        lens = torch.full((batch,), ctx, device=DEV, dtype=torch.int32)
+        table = torch.arange(batch * ctx // PAGE, device=DEV, dtype=torch.int32).view(batch, -1)
+        ms = bench(lambda: dispatch.topk_transform(logits, lens, K, "paged", block_table=table, page_size=PAGE, backend="triton"))
+        offs = torch.zeros(batch, device=DEV, dtype=torch.int32)
+        ms_r = bench(lambda: dispatch.topk_transform(logits, lens, K, "ragged", offsets=offs, backend="triton"))
+
+        def torch_topk():
+            pos = torch.topk(logits, K, dim=1).indices
+            return table.gather(1, pos // PAGE) * PAGE + pos % PAGE
+
+        ms_t = bench(torch_topk)
+        idx_ms = [r["ms"] for r in RES["rows"] if r["section"] == "indexer" and r["name"] == "triton paged"
+                  and r.get("batch") == batch and r.get("ctx") == ctx and r.get("next_n") == 1]
+        frac = round(ms / idx_ms[0], 3) if idx_ms else None
+        row("topk", "triton paged transform", ms, batch=batch, ctx=ctx, frac_of_indexer=frac,
+            vs_torch_speed=round(ms_t / ms, 3))
+        row("topk", "triton ragged transform", ms_r, batch=batch, ctx=ctx)
+        row("topk", "torch.topk + gather", ms_t, batch=batch, ctx=ctx)
+        got = dispatch.topk_transform(logits[:2], lens[:2], K, "paged", block_table=table[:2], page_size=PAGE, backend="triton")
+        want = reference.paged_transform_ref(reference.topk_positions_ref(logits[:2], lens[:2], K), table[:2], PAGE)
+        check(f"topk exact batch={batch} ctx={ctx}", torch.equal(got, want))
+
+
+MLA_CONFIGS = [
+    dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=1),
+    dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=2),
+    dict(BLOCK_H=32, BLOCK_N=64, num_warps=4, num_stages=1),
+]
+
+
+@section("decode")
+def decode():
+    slots_total = 4096 if OPT.smoke else 262144
+    fm = lib("flash_mla")
+    for fp8 in (True, False):
+        pool = torch.zeros(slots_total, 656 if fp8 else 576, dtype=torch.uint8 if fp8 else torch.bfloat16, device=DEV)
+        for s in range(0, slots_total, 65536):
+            e = min(slots_total, s + 65536)
+            dispatch.store_mla_kv(pool, torch.randn(e - s, 512, device=DEV), torch.randn(e - s, 64, device=DEV),
+                                  torch.arange(s, e, device=DEV))
+        for heads in (64, 128):
+            for batch in ([2] if OPT.smoke else [1, 32, 128]):
+                if time.time() - T0 > OPT.budget * 0.8:
+                    RES["errors"].append("decode: stopped early")
+                    return
+                q = torch.randn(batch, heads, 576, device=DEV).to(torch.bfloat16)
+                idx = torch.randint(0, slots_total, (batch, K), device=DEV).int()
+                flops = 2 * batch * heads * K * (576 + 512)
+                tag = dict(fp8=fp8, heads=heads, batch=batch)
+                sweep = batch == 128 and not OPT.smoke
+                base = sparse_mla.mla_config(batch, heads, K, NUM_SMS)
+                cfgs = [dict(base, **c) for c in MLA_CONFIGS] if sweep else [base]
+                times = []
+                for cfg in cfgs:
+                    if heads % cfg["BLOCK_H"]:
+                        continue
+                    try:
+                        times.append((bench(lambda: sparse_mla.sparse_mla(q, pool, idx, 576**-0.5, config=cfg)), cfg))
+                    except Exception as exc:  # noqa: BLE001 - a config that does not compile (smem)
+                        RES["errors"].append(f"decode cfg {cfg}: {str(exc)[:150]}")
+                ms, cfg = min(times, key=lambda t: t[0])
+                row("decode", "triton sparse mla", ms, **tag, TFLOPs=round(flops / ms / 1e9), cfg=str(cfg))
+                if fp8 and fm is not None:
+                    try:
+                        ms_f = bench(lambda: dispatch._flashmla_decode(q, pool, idx, 576**-0.5))
+                        row("decode", "flashmla sparse decode", ms_f, **tag, TFLOPs=round(flops / ms_f / 1e9),
+                            ours_over_fm_speed=round(ms_f / ms, 3))
+                    except Exception as exc:  # noqa: BLE001
+                        RES["errors"].append(f"flashmla decode {tag}: {str(exc)[:200]}")
+        del pool
+
+
+@section("prefill")
+def prefill():
+    nq, nk = (64, 512) if OPT.smoke else (4096, 32768)
+    fm, dg = lib("flash_mla"), lib("deep_gemm")
+    kv = torch.randn(nk, 576, device=DEV).to(torch.bfloat16)
+    for heads in (128, 64):
+        q = torch.randn(nq, heads, 576, device=DEV).to(torch.bfloat16)
+        idx = torch.randint(0, nk, (nq, K), device=DEV).int()
+        flops = 2 * nq * heads * K * (576 + 512)
+        cfg = dict(sparse_mla.mla_config(nq, heads, K, NUM_SMS))
+        ms = bench(lambda: sparse_mla.sparse_mla(q, kv, idx, 576**-0.5, config=cfg))
+        row("prefill", "triton sparse mla prefill", ms, heads=heads, nq=nq, nk=nk, TFLOPs=round(flops / ms / 1e9))
+        if fm is not None:
+            try:
+                ms_f = bench(lambda: fm.flash_mla_sparse_fwd(q, kv.view(nk, 1, 576), idx.view(nq, 1, K), 576**-0.5, 512,
+                                                             use_legacy=True))
+                row("prefill", "flashmla sparse prefill", ms_f, heads=heads, TFLOPs=round(flops / ms_f / 1e9),
+                    ours_over_fm_speed=round(ms_f / ms, 3))
+            except Exception as exc:  # noqa: BLE001
+                RES["errors"].append(f"flashmla prefill heads={heads}: {str(exc)[:200]}")
+    # ragged indexer logits for one causal prefill chunk of nq queries at the end of nk keys
+    q8 = torch.randn(nq, 64, 128, device=DEV).to(torch.float8_e4m3fn)
+    w = torch.randn(nq, 64, device=DEV)
+    k8 = torch.randn(nk, 128, device=DEV).to(torch.float8_e4m3fn)
+    ks = torch.rand(nk, device=DEV)
+    k_start = torch.zeros(nq, device=DEV, dtype=torch.int32)
+    k_end = torch.arange(nk - nq + 1, nk + 1, device=DEV, dtype=torch.int32)
+    ms = bench(lambda: indexer_logits.ragged_indexer_logits(q8, w, k8, ks, k_start, k_end, clean_logits=False))
+    row("prefill", "triton ragged logits", ms, nq=nq, nk=nk, TFLOPs_fp8=round(2 * nq * 64 * 128 * nk / ms / 1e9))
+    if dg is not None:
+        try:
+            ms_d = bench(lambda: dg.fp8_mqa_logits(q8, (k8, ks), w, k_start, k_end, False))
+            row("prefill", "deepgemm mqa logits", ms_d, nq=nq, nk=nk, ours_over_dg_speed=round(ms_d / ms, 3))
+        except Exception as exc:  # noqa: BLE001
+            RES["errors"].append(f"deepgemm ragged: {str(exc)[:200]}")
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    RES["backends"] = dispatch.available_backends(DEV) if DEV == "cuda" else {}
+    for versions in ("triton", "deep_gemm", "flash_mla"):
+        m = lib(versions) if versions != "triton" else __import__("triton")
+        RES.setdefault("versions", {})[versions] = getattr(m, "__version__", None) if m else None
+    RES["versions"]["torch"] = torch.__version__
+    for run in (ceilings, correctness, indexer, decode, topk_section, prefill):
+        run()
+    RES["total_s"] = round(time.time() - T0, 1)
+    save()
+    print((OUT / "results.md").read_text())
