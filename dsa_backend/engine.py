@@ -1,0 +1,198 @@
+"""Engine: one step = schedule, forward, sample, append, stop checks, free pages.
+
+The Engine is single-threaded; EngineRunner (runner.py) owns one on a background thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from dsa_backend.batch import ForwardBatch, ForwardMode
+from dsa_backend.cache import KVCache, pages_needed
+from dsa_backend.config import ModelConfig
+from dsa_backend.models import load_model
+from dsa_backend.sampling import SamplingBatch, SamplingRow, check_vocab, make_generator, sample
+from dsa_backend.sampling_params import SamplingParams
+from dsa_backend.scheduler import ScheduledChunk, Scheduler
+from dsa_backend.sequence import Sequence
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Without a GPU there is no memory to size the pools from; this many pages is ample for tests.
+_CPU_DEFAULT_PAGES = 256
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    model: str
+    device: str = "auto"                 # auto: cuda when available, else cpu
+    dtype: str = "auto"                  # auto: bfloat16 on cuda, float32 on cpu
+    page_size: int = 64
+    num_kv_pages: int | None = None      # None: from free GPU memory (gpu_memory_utilization)
+    gpu_memory_utilization: float = 0.85
+    kv_cache_dtype: str = "auto"         # auto: the model dtype; fp8: FlashMLA / FP8 indexer layouts
+    max_running_requests: int = 64
+    max_num_batched_tokens: int = 2048   # token budget of one step (the prefill chunk size)
+    max_model_len: int | None = None     # None: the checkpoint's max_position_embeddings
+    seed: int = 0
+
+    def resolved_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def resolved_dtype(self, device: torch.device) -> torch.dtype:
+        if self.dtype == "auto":
+            return torch.bfloat16 if device.type == "cuda" else torch.float32
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of auto, {', '.join(_DTYPES)}; got {self.dtype!r}")
+        return _DTYPES[self.dtype]
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """What one engine step produced for one request."""
+
+    request_id: str
+    new_token_ids: list[int]
+    new_logprobs: list[float] | None
+    cumulative_logprob: float | None
+    finished: bool
+    finish_reason: str | None          # stop | length | abort | error
+    num_prompt_tokens: int
+    num_output_tokens: int
+    error: str | None = None
+
+
+class Engine:
+    def __init__(self, args: EngineArgs):
+        for name in ("page_size", "max_running_requests", "max_num_batched_tokens"):
+            if getattr(args, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(args, name)}")
+        self.args = args
+        self.device = args.resolved_device()
+        self.dtype = args.resolved_dtype(self.device)
+        self.config = ModelConfig.from_pretrained(args.model)
+        self.model, info = load_model(args.model, self.dtype, self.device, self.config)
+        self.max_model_len = args.max_model_len or self.config.max_position_embeddings
+        num_pages = args.num_kv_pages or self._pages_from_memory()
+        self.cache = KVCache(self.config, num_pages, args.page_size, dtype=self.dtype,
+                             kv_cache_dtype=args.kv_cache_dtype, mtp_has_indexer=info.mtp_has_indexer,
+                             device=self.device)
+        self.scheduler = Scheduler(self.cache.allocator, args.page_size, args.max_running_requests,
+                                   args.max_num_batched_tokens)
+        self.generator = torch.Generator(device=self.device).manual_seed(args.seed)
+        self.sequences: dict[str, Sequence] = {}
+        self._arrivals = itertools.count()
+        logger.info("engine ready: %s on %s/%s, %d KV pages of %d tokens", self.config.architecture,
+                    self.device, self.dtype, num_pages, args.page_size)
+
+    def _pages_from_memory(self) -> int:
+        if self.device.type != "cuda":
+            return _CPU_DEFAULT_PAGES
+        free, total = torch.cuda.mem_get_info(self.device)
+        budget = free - (1 - self.args.gpu_memory_utilization) * total
+        per_page = KVCache.bytes_per_page(self.config, self.args.page_size, self.args.kv_cache_dtype, self.dtype)
+        if budget < per_page:
+            raise ValueError(f"gpu_memory_utilization={self.args.gpu_memory_utilization} leaves no memory "
+                             f"for the KV cache ({free / 2**30:.1f} GiB free of {total / 2**30:.1f})")
+        return int(budget // per_page)
+
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:
+        """Queue a request; bad input raises ValueError naming the problem."""
+        if request_id in self.sequences:
+            raise ValueError(f"request_id {request_id!r} is already in flight")
+        if not prompt_ids:
+            raise ValueError("the prompt is empty: at least one token is needed")
+        vocab = self.config.vocab_size
+        if any(not 0 <= t < vocab for t in prompt_ids):
+            raise ValueError(f"prompt token ids must be in [0, {vocab})")
+        check_vocab(params, vocab)
+        if len(prompt_ids) >= self.max_model_len:
+            raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the model's context is "
+                             f"{self.max_model_len} (max_model_len), which leaves no room to generate")
+        if len(prompt_ids) + params.max_tokens > self.max_model_len:
+            raise ValueError(f"max_tokens ({params.max_tokens}) plus the prompt ({len(prompt_ids)} tokens) "
+                             f"exceeds the context limit max_model_len={self.max_model_len}")
+        worst = pages_needed(len(prompt_ids) + params.max_tokens, self.args.page_size)
+        if worst > self.cache.allocator.num_pages:
+            raise ValueError(f"prompt plus max_tokens needs {worst} KV pages; the pool has "
+                             f"{self.cache.allocator.num_pages} in all")
+        seq = Sequence(request_id, list(prompt_ids), params, next(self._arrivals),
+                       generator=make_generator(params.seed, self.device))
+        self.sequences[request_id] = seq
+        self.scheduler.add(seq)
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        """End a request now and free its pages; None if it is not in flight."""
+        seq = self.sequences.pop(request_id, None)
+        if seq is None:
+            return None
+        self.scheduler.finish(seq, "abort")
+        return self._output(seq, [], None)
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def step(self) -> list[RequestOutput]:
+        chunks = self.scheduler.schedule()
+        if not chunks:
+            return []
+        batch = self._forward_batch(chunks)
+        logits = self.model(batch, self.cache).logits
+        for chunk in chunks:
+            chunk.seq.num_computed += chunk.num_tokens
+        done = [i for i, chunk in enumerate(chunks) if chunk.completes]
+        if not done:
+            return []
+        seqs = [chunks[i].seq for i in done]
+        rows = [SamplingRow(s.params, s.prompt_ids, s.output_ids, s.generator) for s in seqs]
+        sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device)
+        out = sample(logits[done], sampling, self.generator)
+        tokens = out.token_ids.tolist()
+        logprobs = out.logprobs.tolist() if out.logprobs is not None else [None] * len(seqs)
+        return [self._append(seq, token, logprob) for seq, token, logprob in zip(seqs, tokens, logprobs)]
+
+    def _forward_batch(self, chunks: list[ScheduledChunk]) -> ForwardBatch:
+        decode = all(c.num_tokens == 1 and c.start > 0 for c in chunks)
+        return ForwardBatch.build(
+            ForwardMode.DECODE if decode else ForwardMode.EXTEND,
+            [c.seq.token_ids(c.start, c.start + c.num_tokens) for c in chunks],
+            [c.start for c in chunks], [c.seq.pages for c in chunks], self.args.page_size, self.device)
+
+    def _append(self, seq: Sequence, token: int, logprob: float | None) -> RequestOutput:
+        seq.output_ids.append(token)
+        if logprob is not None:
+            seq.output_logprobs.append(logprob)
+        reason = self._stop_reason(seq, token)
+        if reason is not None:
+            self.scheduler.finish(seq, reason)
+            del self.sequences[seq.request_id]
+        return self._output(seq, [token], logprob)
+
+    def _stop_reason(self, seq: Sequence, token: int) -> str | None:
+        p = seq.params
+        n = len(seq.output_ids)
+        if n >= p.min_tokens:
+            if token in p.stop_token_ids or (token in self.config.eos_token_ids and not p.ignore_eos):
+                return "stop"
+        if n >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+            return "length"
+        return None
+
+    def _output(self, seq: Sequence, new_ids: list[int], logprob: float | None) -> RequestOutput:
+        want = seq.params.logprobs
+        return RequestOutput(
+            request_id=seq.request_id, new_token_ids=new_ids,
+            new_logprobs=[logprob] if want and logprob is not None else ([] if want else None),
+            cumulative_logprob=sum(seq.output_logprobs) if want else None,
+            finished=seq.is_finished, finish_reason=seq.finish_reason,
+            num_prompt_tokens=len(seq.prompt_ids), num_output_tokens=len(seq.output_ids))
+
+    def kv_stats(self):
+        return self.cache.stats()

@@ -1,0 +1,63 @@
+"""Offline API: LLM(model_dir, **engine_args).generate(prompts, sampling_params)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsa_backend.engine import Engine, EngineArgs
+from dsa_backend.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True)
+class CompletionOutput:
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    cumulative_logprob: float | None
+    logprobs: list[float] | None
+
+
+class LLM:
+    """Runs an Engine in the caller's thread until every prompt is done."""
+
+    def __init__(self, model: str | Path, **engine_args):
+        self.engine = Engine(EngineArgs(model=str(model), **engine_args))
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(Path(model) / "tokenizer.json"))
+
+    def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None
+                 ) -> list[CompletionOutput]:
+        """prompts: a string, a list of token ids, or a list of either. One output per prompt, in order."""
+        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        params = sampling_params or SamplingParams()
+        params = params if isinstance(params, list) else [params] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError(f"got {len(params)} sampling_params for {len(prompts)} prompts")
+        ids = [self.tokenizer.encode(p, add_special_tokens=False).ids if isinstance(p, str) else list(p)
+               for p in prompts]
+        base = f"llm-{id(self)}-{self.engine.scheduler.num_retractions}-"
+        request_ids = [f"{base}{i}-{len(self.engine.sequences)}" for i in range(len(ids))]
+        outputs: dict[str, list] = {r: [] for r in request_ids}
+        for rid, prompt, p in zip(request_ids, ids, params):
+            self.engine.add_request(rid, prompt, p)
+        finished: dict[str, str] = {}
+        while len(finished) < len(request_ids):
+            for out in self.engine.step():
+                outputs[out.request_id].append(out)
+                if out.finished:
+                    finished[out.request_id] = out.finish_reason
+        results = []
+        for rid, prompt, p in zip(request_ids, ids, params):
+            steps = outputs[rid]
+            tokens = [t for o in steps for t in o.new_token_ids]
+            logprobs = [lp for o in steps for lp in (o.new_logprobs or [])] if p.logprobs else None
+            results.append(CompletionOutput(
+                prompt_token_ids=prompt, token_ids=tokens,
+                text=self.tokenizer.decode(tokens, skip_special_tokens=p.skip_special_tokens),
+                finish_reason=finished[rid], cumulative_logprob=steps[-1].cumulative_logprob,
+                logprobs=logprobs))
+        return results

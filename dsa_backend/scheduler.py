@@ -1,0 +1,108 @@
+"""Continuous batching with chunked prefill, admission by free pages, retraction, abort.
+
+Each step has a token budget. Running requests go first, in arrival order, each taking what it
+still has to compute (one token when decoding, a chunk when prefilling); then waiting requests
+are admitted in arrival order while the budget, the running cap and the free pages allow. A
+waiting request that does not fit blocks those behind it (FIFO fairness). When a running request
+needs a page and none is free, the most recently admitted request is retracted: its pages are
+freed and it waits at the front to be recomputed (prompt and output so far) later.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from dsa_backend.cache.allocator import PageAllocator, pages_needed
+from dsa_backend.sequence import Sequence, SequenceStatus
+
+
+@dataclass(frozen=True)
+class ScheduledChunk:
+    seq: Sequence
+    start: int        # first token position computed in this step
+    num_tokens: int   # tokens computed in this step
+
+    @property
+    def completes(self) -> bool:
+        """Whether this chunk reaches the sequence's last token, so its logits are sampled."""
+        return self.start + self.num_tokens == self.seq.num_tokens
+
+
+class Scheduler:
+    def __init__(self, allocator: PageAllocator, page_size: int, max_running: int, max_batched_tokens: int):
+        self.allocator = allocator
+        self.page_size = page_size
+        self.max_running = max_running
+        self.max_batched_tokens = max_batched_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_retractions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> list[ScheduledChunk]:
+        budget = self.max_batched_tokens
+        chunks: list[ScheduledChunk] = []
+        for seq in list(self.running):
+            if budget == 0:
+                break
+            if seq not in self.running:  # retracted while making room for an earlier one
+                continue
+            n = min(seq.num_uncomputed, budget)
+            if not self._grow(seq, seq.num_computed + n, protect={c.seq for c in chunks}):
+                continue
+            chunks.append(ScheduledChunk(seq, seq.num_computed, n))
+            budget -= n
+        while self.waiting and budget > 0 and len(self.running) < self.max_running:
+            seq = self.waiting[0]
+            n = min(seq.num_uncomputed, budget)
+            if not self.allocator.can_allocate(pages_needed(seq.num_computed + n, self.page_size) - len(seq.pages)):
+                break
+            self.waiting.popleft()
+            self._grow(seq, seq.num_computed + n, protect=set())
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            chunks.append(ScheduledChunk(seq, seq.num_computed, n))
+            budget -= n
+        return chunks
+
+    def _grow(self, seq: Sequence, num_tokens: int, protect: set[Sequence]) -> bool:
+        """Give seq pages for num_tokens, retracting later requests if needed; False if seq itself went."""
+        need = pages_needed(num_tokens, self.page_size) - len(seq.pages)
+        while need > 0 and not self.allocator.can_allocate(need):
+            victims = [s for s in self.running if s not in protect]
+            victim = max(victims, key=lambda s: s.arrival)
+            self.retract(victim)
+            if victim is seq:
+                return False
+        if need > 0:
+            seq.pages.extend(self.allocator.allocate(need))
+        return True
+
+    def retract(self, seq: Sequence) -> None:
+        """Free a running request's pages; it is recomputed from scratch when readmitted."""
+        self.running.remove(seq)
+        self._release(seq)
+        seq.num_computed = 0
+        seq.status = SequenceStatus.WAITING
+        self.waiting.appendleft(seq)
+        self.num_retractions += 1
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """End a request wherever it is and free its pages."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self._release(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+
+    def _release(self, seq: Sequence) -> None:
+        self.allocator.free(seq.pages)
+        seq.pages = []

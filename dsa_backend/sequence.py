@@ -1,0 +1,56 @@
+"""One request's state as the engine sees it."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+from dsa_backend.sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = enum.auto()
+    RUNNING = enum.auto()
+    FINISHED = enum.auto()
+
+
+@dataclass(eq=False)
+class Sequence:
+    """Prompt and output ids, the KV pages holding them, and how many tokens those pages hold.
+
+    num_computed counts tokens whose KV is in the cache; the rest (the prompt on admission, the
+    last sampled token in decode, everything after a retraction) is computed by the next steps.
+    """
+
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    arrival: int
+    output_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
+    pages: list[int] = field(default_factory=list)
+    num_computed: int = 0
+    status: SequenceStatus = SequenceStatus.WAITING
+    finish_reason: str | None = None
+    generator: torch.Generator | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def num_uncomputed(self) -> int:
+        return self.num_tokens - self.num_computed
+
+    def token_ids(self, start: int, end: int) -> list[int]:
+        """Token ids in [start, end) of prompt followed by output."""
+        prompt_len = len(self.prompt_ids)
+        if end <= prompt_len:
+            return self.prompt_ids[start:end]
+        return (self.prompt_ids + self.output_ids)[start:end]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED

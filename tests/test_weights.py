@@ -1,0 +1,139 @@
+"""Checkpoint loading: sharded index, FP8 block dequantization, MTP layer, and naming errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from dsa_backend.config import ModelConfig
+from dsa_backend.tools.make_checkpoint import make_config, write_checkpoint
+from dsa_backend.weights import (WeightError, checkpoint_tensor_shapes, dequantize_fp8_block, load_weights,
+                                 quantize_fp8_block)
+
+
+def edit_checkpoint(src, dst, edit):
+    """Copy a checkpoint, letting edit(tensors) change the second shard's tensors in place."""
+    shutil.copytree(src, dst)
+    shard = dst / "model-00002-of-00002.safetensors"
+    tensors = load_file(shard)
+    edit(tensors)
+    save_file(tensors, str(shard))
+    index = json.loads((dst / "model.safetensors.index.json").read_text())
+    index["weight_map"] = {k: v for k, v in index["weight_map"].items()
+                           if v != shard.name or k in tensors}
+    index["weight_map"].update({k: shard.name for k in tensors})
+    (dst / "model.safetensors.index.json").write_text(json.dumps(index))
+    return dst
+
+
+def test_fp8_block_roundtrip_is_within_e4m3_precision():
+    w = torch.randn(300, 200)
+    q, scale = quantize_fp8_block(w, (128, 128))
+    assert q.dtype == torch.float8_e4m3fn and scale.shape == (3, 2)
+    back = dequantize_fp8_block(q, scale, (128, 128))
+    # e4m3 keeps 3 mantissa bits (relative error <= 2^-4); below its normal range the step is
+    # 2^-9 of the block scale.
+    step = scale.repeat_interleave(128, 0)[:300].repeat_interleave(128, 1)[:, :200] * 2**-9
+    assert ((back - w).abs() <= w.abs() * 2**-4 + step).all()
+
+
+def test_sharded_checkpoint_loads_with_mtp_layer_and_stacked_experts(checkpoint):
+    d = checkpoint("glm_moe_dsa")
+    config = ModelConfig.from_pretrained(d)
+    state, info = load_weights(d, config, torch.float32)
+    assert info.mtp_has_indexer
+    c = config
+    assert state["model.layers.1.mlp.experts.w13"].shape == (c.n_routed_experts, 2 * c.moe_intermediate_size,
+                                                              c.hidden_size)
+    assert "mtp.0.eh_proj.weight" in state and "mtp.0.decoder.self_attn.indexer.wq_b.weight" in state
+    raw = load_file(d / "model-00001-of-00002.safetensors") | load_file(d / "model-00002-of-00002.safetensors")
+    gate = raw["model.layers.1.mlp.experts.3.gate_proj.weight"].float()
+    assert torch.equal(state["model.layers.1.mlp.experts.w13"][3, : c.moe_intermediate_size], gate)
+    assert state["model.layers.1.mlp.gate.e_score_correction_bias"].dtype == torch.float32
+
+
+def test_fp8_checkpoint_is_dequantized_at_load(checkpoint):
+    d = checkpoint("deepseek_v32_fp8")
+    config = ModelConfig.from_pretrained(d)
+    raw = load_file(d / "model-00001-of-00002.safetensors") | load_file(d / "model-00002-of-00002.safetensors")
+    name = "model.layers.0.self_attn.q_b_proj.weight"
+    assert raw[name].dtype == torch.float8_e4m3fn
+    state, _ = load_weights(d, config, torch.float32)
+    expected = dequantize_fp8_block(raw[name], raw[name + "_scale_inv"], (128, 128))
+    assert torch.equal(state[name], expected)
+
+
+def test_missing_tensor_is_named(checkpoint, tmp_path):
+    def drop(t):
+        del t[sorted(t)[0]]
+    src = checkpoint("glm_moe_dsa")
+    victim = sorted(load_file(src / "model-00002-of-00002.safetensors"))[0]
+    d = edit_checkpoint(src, tmp_path / "c", drop)
+    with pytest.raises(WeightError, match=f"missing {victim.replace('.', '[.]')}"):
+        load_weights(d, ModelConfig.from_pretrained(d), torch.float32)
+
+
+def test_unexpected_tensor_is_named(checkpoint, tmp_path):
+    d = edit_checkpoint(checkpoint("glm_moe_dsa"), tmp_path / "c",
+                        lambda t: t.update({"model.layers.0.mystery.weight": torch.zeros(2)}))
+    with pytest.raises(WeightError, match="unexpected tensor model.layers.0.mystery.weight"):
+        load_weights(d, ModelConfig.from_pretrained(d), torch.float32)
+
+
+def test_misshaped_tensor_is_named(checkpoint, tmp_path):
+    src = checkpoint("glm_moe_dsa")
+    victim = sorted(load_file(src / "model-00002-of-00002.safetensors"))[0]
+    d = edit_checkpoint(src, tmp_path / "c", lambda t: t.update({victim: torch.zeros(3, 3)}))
+    with pytest.raises(WeightError, match=f"{victim.replace('.', '[.]')} has shape \\(3, 3\\)"):
+        load_weights(d, ModelConfig.from_pretrained(d), torch.float32)
+
+
+def test_shared_layer_with_indexer_weights_is_rejected(checkpoint, tmp_path):
+    # A checkpoint written for all-full layers, then declared F S F S: layer 1 must not have an indexer.
+    d = tmp_path / "c"
+    shutil.copytree(checkpoint("glm_moe_dsa"), d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(index_topk_freq=2, index_skip_topk_offset=1)
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(WeightError, match="unexpected tensor model.layers.1.self_attn.indexer.*layer 1 is shared"):
+        load_weights(d, ModelConfig.from_pretrained(d), torch.float32)
+
+
+def test_full_layer_without_indexer_weights_is_rejected(checkpoint, tmp_path):
+    d = tmp_path / "c"
+    shutil.copytree(checkpoint("glm_shared_freq"), d)
+    cfg = json.loads((d / "config.json").read_text())
+    del cfg["index_topk_freq"], cfg["index_skip_topk_offset"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(WeightError, match="missing model.layers.1.self_attn.indexer.*layer 1 is full"):
+        load_weights(d, ModelConfig.from_pretrained(d), torch.float32)
+
+
+def test_mtp_layer_without_indexer_weights_loads(tmp_path):
+    cfg = make_config("glm_moe_dsa", "tiny")
+    write_checkpoint(cfg, tmp_path / "full")
+    d = edit_checkpoint(tmp_path / "full", tmp_path / "c", lambda t: [
+        t.pop(k) for k in list(t) if k.startswith("model.layers.4.self_attn.indexer.")])
+    for shard in ("model-00001-of-00002.safetensors",):
+        t = load_file(d / shard)
+        kept = {k: v for k, v in t.items() if not k.startswith("model.layers.4.self_attn.indexer.")}
+        save_file(kept, str(d / shard))
+    index = json.loads((d / "model.safetensors.index.json").read_text())
+    index["weight_map"] = {k: v for k, v in index["weight_map"].items()
+                           if not k.startswith("model.layers.4.self_attn.indexer.")}
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    config = ModelConfig.from_pretrained(d)
+    state, info = load_weights(d, config, torch.float32)
+    assert not info.mtp_has_indexer
+    assert not any(k.startswith("mtp.0.decoder.self_attn.indexer") for k in state)
+
+
+def test_expected_shapes_cover_the_mtp_layer():
+    config = ModelConfig.from_dict(make_config("deepseek_v32", "tiny"))
+    shapes = checkpoint_tensor_shapes(config)
+    assert shapes["model.layers.4.eh_proj.weight"] == (config.hidden_size, 2 * config.hidden_size)
+    assert "model.layers.4.self_attn.indexer.wk.weight" in shapes
