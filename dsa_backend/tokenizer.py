@@ -24,7 +24,7 @@ class Tokenizer:
             raise FileNotFoundError(f"{path} not found: the checkpoint directory needs its tokenizer.json")
         self._tok = _FastTokenizer.from_file(str(path))
         config_path = model_dir / "tokenizer_config.json"
-        config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+        config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
         self.bos_token = _token_content(config.get("bos_token"))
         self.eos_token = _token_content(config.get("eos_token"))
         self.bos_token_id = self._tok.token_to_id(self.bos_token) if self.bos_token else None
@@ -33,10 +33,10 @@ class Tokenizer:
         self.chat_template: str | None = config.get("chat_template")
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of `text`, with the BOS token first when the config asks for it."""
+    def encode(self, text: str, add_bos: bool = True) -> list[int]:
+        """Token ids of `text`, with the BOS token first when `add_bos` and the config ask for it."""
         ids = self._tok.encode(text, add_special_tokens=False).ids
-        if self.add_bos_token and self.bos_token_id is not None:
+        if add_bos and self.add_bos_token and self.bos_token_id is not None:
             return [self.bos_token_id, *ids]
         return ids
 

@@ -1,0 +1,98 @@
+"""Fill the model repository's ${...} placeholders for one checkpoint, into a copy.
+
+    python -m dsa_backend.serving.fill_template --model CHECKPOINT_DIR --out REPO_DIR \
+        [--set page_size=64 --set num_kv_pages=4096 ...]
+
+As with tensorrtllm_backend's fill_template.py, users set model parameters here, never in code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import shutil
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+TEMPLATE_REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
+MODELS = ("dsa", "preprocessing", "dsa_llm", "postprocessing")
+# Every placeholder and its default; model_dir has none.
+DEFAULTS = {
+    "instance_kind": "auto",               # auto: KIND_GPU when this machine has a GPU, else KIND_CPU
+    "device": "auto",
+    "dtype": "auto",
+    "page_size": "64",
+    "num_kv_pages": "none",
+    "kv_cache_dtype": "auto",
+    "max_running_requests": "64",
+    "max_num_batched_tokens": "2048",
+    "max_model_len": "none",
+    "shutdown_timeout_s": "10",
+    "preprocessing_instance_count": "1",
+    "postprocessing_instance_count": "1",
+}
+_PLACEHOLDER = re.compile(r"\$\{(\w+)\}")
+
+
+def fill(model_dir: str | Path, out: str | Path, values: dict[str, str] | None = None,
+         models: tuple[str, ...] = MODELS, template: Path = TEMPLATE_REPOSITORY) -> Path:
+    """Copy `models` from `template` to `out` with every placeholder filled; return `out`."""
+    model_dir = Path(model_dir).resolve()
+    if not (model_dir / "tokenizer.json").is_file():
+        raise ValueError(f"--model {model_dir}: not a checkpoint directory (no tokenizer.json)")
+    unknown = sorted(set(values or {}) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown template parameters {unknown}; known: {sorted(DEFAULTS)}")
+    filled = {**DEFAULTS, **(values or {}), "model_dir": str(model_dir)}
+    if filled["instance_kind"] == "auto":
+        filled["instance_kind"] = "KIND_GPU" if _has_gpu() else "KIND_CPU"
+    if filled["instance_kind"] not in ("KIND_GPU", "KIND_CPU", "KIND_MODEL"):
+        raise ValueError(f"instance_kind must be auto, KIND_GPU, KIND_CPU or KIND_MODEL, "
+                         f"got {filled['instance_kind']!r}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in models:
+        target = out / name
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(template / name, target, ignore=shutil.ignore_patterns("__pycache__"))
+        config = target / "config.pbtxt"
+        config.write_text(_PLACEHOLDER.sub(lambda m: filled[m.group(1)], config.read_text("utf-8")), "utf-8")
+    logger.info("filled %s for %s into %s", ", ".join(models), model_dir, out)
+    return out
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def parse_sets(items: list[str]) -> dict[str, str]:
+    values = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set takes key=value, got {item!r}")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="checkpoint directory (config.json, weights, tokenizer)")
+    parser.add_argument("--out", required=True, help="where to write the filled model repository")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"template parameter; known: {', '.join(sorted(DEFAULTS))}")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        fill(args.model, args.out, parse_sets(args.set))
+    except ValueError as e:
+        parser.error(str(e))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""dsa_llm's Prometheus metrics through pb_utils.MetricFamily (served on Triton's metrics port)."""
+
+from __future__ import annotations
+
+import triton_python_backend_utils as pb_utils
+
+from dsa_backend.serving.response_stream import Reply
+
+# Seconds; TTFT spans CPU prefill of long prompts, ITL a single decode step.
+TTFT_BUCKETS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0]
+ITL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0]
+# The MLA latent pool and the indexer-key pool hand out the same page ids, so both report the
+# engine's one page count; the label keeps dashboards honest if they ever diverge.
+POOLS = ("mla", "indexer")
+
+
+class ServerMetrics:
+    def __init__(self, model: str, version: str):
+        labels = {"model": model, "version": version}
+
+        def family(name, description, kind):
+            return pb_utils.MetricFamily(name=name, description=description, kind=kind)
+
+        counter, gauge, histogram = (pb_utils.MetricFamily.COUNTER, pb_utils.MetricFamily.GAUGE,
+                                     pb_utils.MetricFamily.HISTOGRAM)
+        # Families must outlive their metrics, so both are kept on self.
+        self._families = [
+            family("dsa_requests_total", "Finished requests by finish reason", counter),
+            family("dsa_prompt_tokens_total", "Prompt tokens of admitted requests", counter),
+            family("dsa_generation_tokens_total", "Generated tokens", counter),
+            family("dsa_time_to_first_token_seconds", "Arrival to first generated token", histogram),
+            family("dsa_inter_token_latency_seconds", "Time between generated tokens", histogram),
+            family("dsa_requests_running", "Requests in the running batch", gauge),
+            family("dsa_requests_waiting", "Requests queued or retracted", gauge),
+            family("dsa_kv_pages_used", "KV cache pages in use", gauge),
+            family("dsa_kv_pages_free", "KV cache pages free", gauge),
+        ]
+        (requests, prompt, generation, ttft, itl, running, waiting, used, free) = self._families
+        self._labels = labels
+        self._requests_family = requests
+        self._requests: dict[str, object] = {}
+        self.prompt_tokens = prompt.Metric(labels=labels)
+        self.generation_tokens = generation.Metric(labels=labels)
+        self.ttft = ttft.Metric(labels=labels, buckets=TTFT_BUCKETS)
+        self.itl = itl.Metric(labels=labels, buckets=ITL_BUCKETS)
+        self.running = running.Metric(labels=labels)
+        self.waiting = waiting.Metric(labels=labels)
+        self.pages_used = {p: used.Metric(labels={**labels, "pool": p}) for p in POOLS}
+        self.pages_free = {p: free.Metric(labels={**labels, "pool": p}) for p in POOLS}
+
+    def request_admitted(self, prompt_tokens: int) -> None:
+        self.prompt_tokens.increment(prompt_tokens)
+
+    def reply_sent(self, reply: Reply, finish_reason: str) -> None:
+        if reply.new_tokens:
+            self.generation_tokens.increment(reply.new_tokens)
+        if reply.ttft_s is not None:
+            self.ttft.observe(reply.ttft_s)
+        if reply.itl_s is not None:
+            self.itl.observe(reply.itl_s)
+        if reply.final:
+            self.request_finished(finish_reason)
+
+    def request_finished(self, finish_reason: str) -> None:
+        reason = finish_reason or "unknown"
+        if reason not in self._requests:
+            self._requests[reason] = self._requests_family.Metric(
+                labels={**self._labels, "finish_reason": reason})
+        self._requests[reason].increment(1)
+
+    def engine_stats(self, stats: dict) -> None:
+        self.running.set(stats["running"])
+        self.waiting.set(stats["waiting"])
+        for pool in POOLS:
+            self.pages_used[pool].set(stats["kv_pages_total"] - stats["kv_pages_free"])
+            self.pages_free[pool].set(stats["kv_pages_free"])

@@ -1,0 +1,136 @@
+"""Start a tritonserver on a model repository, wait until it is ready, and always stop it.
+
+A tritonserver has been seen to ignore SIGTERM for most of an hour, so stopping has a deadline
+after which the whole process group (server and python backend stubs) gets SIGKILL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsa_backend.serving.install import ServerInstall, find_server
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Ports:
+    http: int
+    grpc: int
+    metrics: int
+
+    @classmethod
+    def free(cls) -> "Ports":
+        """Three ports free on the loopback interface right now."""
+        socks = [socket.socket() for _ in range(3)]
+        try:
+            for s in socks:
+                s.bind(("127.0.0.1", 0))
+            return cls(*(s.getsockname()[1] for s in socks))
+        finally:
+            for s in socks:
+                s.close()
+
+
+class TritonServer:
+    """One tritonserver process; use as a context manager or call start() and stop()."""
+
+    def __init__(self, repository: str | Path, ports: Ports | None = None, log_file: str | Path | None = None,
+                 exit_timeout_s: int = 10, install: ServerInstall | None = None, extra_args: tuple = ()):
+        self.repository = Path(repository)
+        self.ports = ports or Ports.free()
+        self.log_file = Path(log_file) if log_file else self.repository.parent / "tritonserver.log"
+        self.exit_timeout_s = exit_timeout_s
+        self.install = install or find_server()
+        self.extra_args = tuple(extra_args)
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.ports.grpc}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.metrics}/metrics"
+
+    def start(self, ready_timeout_s: float = 300) -> "TritonServer":
+        cmd = [str(self.install.binary), f"--model-repository={self.repository}",
+               f"--backend-directory={self.install.backend_dir}",
+               "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
+               f"--http-port={self.ports.http}", f"--grpc-port={self.ports.grpc}",
+               f"--metrics-port={self.ports.metrics}", f"--exit-timeout-secs={self.exit_timeout_s}",
+               *self.extra_args]
+        env = dict(os.environ)
+        env["PATH"] = os.pathsep.join([*map(str, self.install.path_prefix), env.get("PATH", "")])
+        if self.install.library_path:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(
+                [*map(str, self.install.library_path), *filter(None, [env.get("LD_LIBRARY_PATH")])])
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        logger.info("starting %s (log: %s)", " ".join(cmd), self.log_file)
+        with open(self.log_file, "ab") as log:
+            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            self.wait_ready(ready_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        url = f"http://127.0.0.1:{self.ports.http}/v2/health/ready"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"tritonserver exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.25)
+        raise TimeoutError(f"tritonserver not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        """Ask the server to exit; SIGKILL its process group after the deadline. Returns its exit code."""
+        if self.process is None:
+            return None
+        timeout_s = self.exit_timeout_s + 15 if timeout_s is None else timeout_s
+        pid = self.process.pid
+        try:
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGINT)
+                try:
+                    self.process.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    logger.warning("tritonserver %d still running after %.0f s: killing it", pid, timeout_s)
+        finally:
+            # The group also holds the python backend stubs, which may outlive the server.
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            code = self.process.wait()
+            self.process = None
+        return code
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_file.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def __enter__(self) -> "TritonServer":
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

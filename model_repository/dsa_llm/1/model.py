@@ -1,0 +1,186 @@
+"""dsa_llm: a decoupled python model that owns one dsa_backend engine.
+
+execute() only parses each request and hands it to the engine thread; responses are sent from
+one sender thread as the engine produces tokens, the last one with the FINAL flag. A watcher
+thread aborts cancelled requests in the engine and refreshes the engine gauges.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+
+import triton_python_backend_utils as pb_utils
+
+from dsa_backend.engine import EngineArgs, EngineRunner
+from dsa_backend.serving import triton_io
+from dsa_backend.serving.metrics import ServerMetrics
+from dsa_backend.serving.request_params import parse_request
+from dsa_backend.serving.response_stream import ResponseStream
+
+logger = logging.getLogger("dsa_llm")
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+_WATCH_INTERVAL_S = 0.05
+
+
+class _Active:
+    """A request the engine holds: its response sender and its stream state."""
+
+    def __init__(self, sender, stream: ResponseStream):
+        self.sender = sender
+        self.stream = stream
+        self.cancelled = False
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        params = triton_io.model_parameters(args)
+        device = params.get("device", "auto")
+        if args.get("model_instance_kind") == "GPU" and device == "auto":
+            device = f"cuda:{args['model_instance_device_id']}"
+        elif args.get("model_instance_kind") == "CPU" and device == "auto":
+            device = "cpu"
+        self.shutdown_timeout_s = float(params.get("shutdown_timeout_s", "10"))
+        engine_args = EngineArgs(
+            model=params["model_dir"], device=device, dtype=params.get("dtype", "auto"),
+            page_size=int(params.get("page_size", "64")),
+            num_kv_pages=_optional_int(params.get("num_kv_pages")),
+            kv_cache_dtype=params.get("kv_cache_dtype", "auto"),
+            max_running_requests=int(params.get("max_running_requests", "64")),
+            max_num_batched_tokens=int(params.get("max_num_batched_tokens", "2048")),
+            max_model_len=_optional_int(params.get("max_model_len")))
+        logger.info("dsa_llm: starting the engine with %s", engine_args)
+        self.runner = EngineRunner(engine_args)
+        self.tokenizer = self.runner.tokenizer
+        self.metrics = ServerMetrics(args["model_name"], args["model_version"])
+        self.active: dict[str, _Active] = {}
+        self.lock = threading.Lock()
+        self.outputs: queue.Queue = queue.Queue()
+        self.stopping = threading.Event()
+        self.sender_thread = threading.Thread(target=self._send_loop, name="dsa_llm-sender", daemon=True)
+        self.watch_thread = threading.Thread(target=self._watch_loop, name="dsa_llm-watch", daemon=True)
+        self.sender_thread.start()
+        self.watch_thread.start()
+
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                self._submit(request, sender)
+            except ValueError as e:
+                self._send_error(sender, str(e))
+            except Exception as e:     # an engine bug must not escape execute and hang the client
+                logger.exception("dsa_llm: request failed")
+                self._send_error(sender, f"internal error: {type(e).__name__}: {e}")
+        return None
+
+    def _submit(self, request, sender) -> None:
+        parsed = parse_request(triton_io.request_inputs(request))
+        request_id = f"{request.request_id() or 'req'}-{uuid.uuid4().hex[:12]}"
+        active = _Active(sender, ResponseStream(parsed, self.tokenizer, time.monotonic()))
+        with self.lock:
+            self.active[request_id] = active
+        try:
+            self.runner.submit(request_id, parsed.prompt_token_ids, parsed.params,
+                               lambda out: self.outputs.put((request_id, out, time.monotonic())))
+        except BaseException:
+            with self.lock:
+                self.active.pop(request_id, None)
+            raise
+        self.metrics.request_admitted(len(parsed.prompt_token_ids))
+
+    def _send_loop(self) -> None:
+        # Runs detokenization and IPC off the engine thread, in the order the engine produced.
+        while True:
+            item = self.outputs.get()
+            if item is None:
+                return
+            request_id, out, now = item
+            with self.lock:
+                active = self.active.get(request_id)
+            if active is None:
+                continue
+            try:
+                self._send_reply(request_id, active, out, now)
+            except Exception:
+                logger.exception("dsa_llm: sending a response for %s failed", request_id)
+                self._finish(request_id, active, None, "error")
+
+    def _send_reply(self, request_id: str, active: _Active, out, now: float) -> None:
+        reply = active.stream.on_output(out, now)
+        if reply is None:
+            return
+        if active.stream.stopped_by_string and not out.finished:
+            self.runner.abort(request_id)      # its text ended at a stop string
+        reason = "error" if reply.error else (out.finish_reason or "stop") if reply.final else ""
+        self.metrics.reply_sent(reply, reason)
+        if active.cancelled:
+            response = None
+        elif reply.error:
+            response = triton_io.error_response(reply.error)
+        elif reply.outputs is not None:
+            response = triton_io.response(reply.outputs)
+        else:
+            return
+        if reply.final:
+            self._finish(request_id, active, response, None)
+        else:
+            active.sender.send(response)
+
+    def _finish(self, request_id: str, active: _Active, response, error: str | None) -> None:
+        with self.lock:
+            if self.active.pop(request_id, None) is None:
+                return
+        if error is not None:
+            response = triton_io.error_response(error)
+        try:
+            if response is None:
+                active.sender.send(flags=FINAL)
+            else:
+                active.sender.send(response, flags=FINAL)
+        except Exception:
+            logger.warning("dsa_llm: final response for %s could not be sent", request_id, exc_info=True)
+
+    def _watch_loop(self) -> None:
+        while not self.stopping.wait(_WATCH_INTERVAL_S):
+            with self.lock:
+                items = list(self.active.items())
+            for request_id, active in items:
+                if not active.cancelled and active.sender.is_cancelled():
+                    active.cancelled = True
+                    logger.info("dsa_llm: %s cancelled by the client", request_id)
+                    self.runner.abort(request_id)
+            try:
+                self.metrics.engine_stats(self.runner.stats())
+            except Exception:
+                logger.warning("dsa_llm: reading engine stats failed", exc_info=True)
+
+    def _send_error(self, sender, message: str) -> None:
+        self.metrics.request_finished("error")
+        try:
+            sender.send(triton_io.error_response(message), flags=FINAL)
+        except Exception:
+            logger.warning("dsa_llm: error response could not be sent: %s", message, exc_info=True)
+
+    def finalize(self):
+        # shutdown() ends every in-flight request with a final output, which the sender thread
+        # turns into final responses before it stops.
+        logger.info("dsa_llm: shutting down with %d requests in flight", len(self.active))
+        self.runner.shutdown(self.shutdown_timeout_s)
+        self.stopping.set()
+        self.outputs.put(None)
+        self.sender_thread.join(self.shutdown_timeout_s)
+        self.watch_thread.join(self.shutdown_timeout_s)
+        with self.lock:
+            leftovers = list(self.active.items())
+        for request_id, active in leftovers:
+            self._finish(request_id, active, None, "server shutting down")
+
+
+def _optional_int(value: str | None) -> int | None:
+    return int(value) if value not in (None, "", "none", "None") else None
+
