@@ -1,12 +1,16 @@
 """Engine: one step = schedule, forward, sample, append, stop checks, free pages.
 
-The Engine is single-threaded; EngineRunner (runner.py) owns one on a background thread.
+The Engine is single-threaded; EngineRunner owns one on a background thread and is what the
+Triton model talks to.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import queue
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -107,6 +111,14 @@ class Engine:
         """Queue a request; bad input raises ValueError naming the problem."""
         if request_id in self.sequences:
             raise ValueError(f"request_id {request_id!r} is already in flight")
+        self.validate_request(prompt_ids, params)
+        seq = Sequence(request_id, list(prompt_ids), params, next(self._arrivals),
+                       generator=make_generator(params.seed, self.device))
+        self.sequences[request_id] = seq
+        self.scheduler.add(seq)
+
+    def validate_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        """Raise ValueError naming the problem if the request can never be served; reads no state."""
         if not prompt_ids:
             raise ValueError("the prompt is empty: at least one token is needed")
         vocab = self.config.vocab_size
@@ -123,10 +135,6 @@ class Engine:
         if worst > self.cache.allocator.num_pages:
             raise ValueError(f"prompt plus max_tokens needs {worst} KV pages; the pool has "
                              f"{self.cache.allocator.num_pages} in all")
-        seq = Sequence(request_id, list(prompt_ids), params, next(self._arrivals),
-                       generator=make_generator(params.seed, self.device))
-        self.sequences[request_id] = seq
-        self.scheduler.add(seq)
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """End a request now and free its pages; None if it is not in flight."""
@@ -194,5 +202,119 @@ class Engine:
             finished=seq.is_finished, finish_reason=seq.finish_reason,
             num_prompt_tokens=len(seq.prompt_ids), num_output_tokens=len(seq.output_ids))
 
-    def kv_stats(self):
-        return self.cache.stats()
+    def stats(self) -> dict[str, int]:
+        kv = self.cache.stats()
+        return {"running": len(self.scheduler.running), "waiting": len(self.scheduler.waiting),
+                "kv_pages_total": kv.pages_total, "kv_pages_free": kv.pages_free,
+                "retractions": self.scheduler.num_retractions}
+
+
+OutputCallback = Callable[[RequestOutput], None]
+
+
+class EngineRunner:
+    """Owns an Engine on one background thread; callers submit, abort and get outputs by callback.
+
+    on_output runs on the engine thread, once per step that produced tokens for the request and
+    exactly once with finished=True; it must not block.
+    """
+
+    def __init__(self, args: EngineArgs):
+        from dsa_backend.tokenizer import Tokenizer
+
+        self.engine = Engine(args)
+        self.config = self.engine.config
+        self.max_model_len = self.engine.max_model_len
+        self.tokenizer = Tokenizer(args.model)
+        self._commands: queue.Queue = queue.Queue()
+        self._callbacks: dict[str, OutputCallback] = {}
+        self._lock = threading.Lock()
+        self._stats = self.engine.stats()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="dsa-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+               on_output: OutputCallback) -> None:
+        """Queue a request; raises ValueError now for input that can never be served."""
+        if self._stopping.is_set():
+            raise RuntimeError("the engine is shutting down")
+        self.engine.validate_request(prompt_token_ids, params)
+        with self._lock:
+            if request_id in self._callbacks:
+                raise ValueError(f"request_id {request_id!r} is already in flight")
+            self._callbacks[request_id] = on_output
+        self._commands.put(("add", request_id, list(prompt_token_ids), params))
+
+    def abort(self, request_id: str) -> None:
+        self._commands.put(("abort", request_id))
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._stats)
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """End every in-flight request with a final "abort" output and stop the thread."""
+        self._stopping.set()
+        self._commands.put(("wake",))
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            logger.error("engine thread did not stop within %.1f s", timeout_s)
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._drain_commands(block=not self.engine.has_work())
+            if self._stopping.is_set():
+                break
+            try:
+                outputs = self.engine.step()
+            except Exception as exc:  # a failed step must not take the server down
+                logger.exception("engine step failed")
+                outputs = self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}")
+            self._deliver(outputs)
+        self._deliver([out for rid in list(self.engine.sequences) if (out := self.engine.abort(rid))])
+
+    def _drain_commands(self, block: bool) -> None:
+        while True:
+            try:
+                command = self._commands.get(timeout=0.5) if block else self._commands.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            if command[0] == "add":
+                _, rid, ids, params = command
+                try:
+                    self.engine.add_request(rid, ids, params)
+                except ValueError as exc:
+                    self._deliver([self._error_output(rid, len(ids), str(exc))])
+            elif command[0] == "abort":
+                out = self.engine.abort(command[1])
+                if out is not None:
+                    self._deliver([out])
+
+    def _fail_all(self, message: str) -> list[RequestOutput]:
+        outputs = []
+        for rid in list(self.engine.sequences):
+            seq = self.engine.sequences[rid]
+            self.engine.abort(rid)
+            outputs.append(self._error_output(rid, len(seq.prompt_ids), message))
+        return outputs
+
+    @staticmethod
+    def _error_output(rid: str, num_prompt: int, message: str) -> RequestOutput:
+        return RequestOutput(rid, [], None, None, True, "error", num_prompt, 0, error=message)
+
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        with self._lock:
+            self._stats = self.engine.stats()
+            callbacks = [(out, self._callbacks.get(out.request_id)) for out in outputs]
+            for out in outputs:
+                if out.finished:
+                    self._callbacks.pop(out.request_id, None)
+        for out, callback in callbacks:
+            if callback is None:
+                continue
+            try:
+                callback(out)
+            except Exception:
+                logger.exception("output callback for %s failed", out.request_id)

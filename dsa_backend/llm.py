@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsa_backend.detokenizer import IncrementalDetokenizer
 from dsa_backend.engine import Engine, EngineArgs
 from dsa_backend.sampling_params import SamplingParams
+from dsa_backend.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -24,9 +26,8 @@ class LLM:
 
     def __init__(self, model: str | Path, **engine_args):
         self.engine = Engine(EngineArgs(model=str(model), **engine_args))
-        from tokenizers import Tokenizer
-
-        self.tokenizer = Tokenizer.from_file(str(Path(model) / "tokenizer.json"))
+        self.tokenizer = Tokenizer(model)
+        self._next_id = 0
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None
                  ) -> list[CompletionOutput]:
@@ -37,27 +38,30 @@ class LLM:
         params = params if isinstance(params, list) else [params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"got {len(params)} sampling_params for {len(prompts)} prompts")
-        ids = [self.tokenizer.encode(p, add_special_tokens=False).ids if isinstance(p, str) else list(p)
-               for p in prompts]
-        base = f"llm-{id(self)}-{self.engine.scheduler.num_retractions}-"
-        request_ids = [f"{base}{i}-{len(self.engine.sequences)}" for i in range(len(ids))]
+        ids = [self.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+        request_ids = [f"llm-{self._next_id + i}" for i in range(len(ids))]
+        self._next_id += len(ids)
         outputs: dict[str, list] = {r: [] for r in request_ids}
+        detok = {r: IncrementalDetokenizer(self.tokenizer, p.stop, p.include_stop_str_in_output,
+                                           p.skip_special_tokens) for r, p in zip(request_ids, params)}
         for rid, prompt, p in zip(request_ids, ids, params):
             self.engine.add_request(rid, prompt, p)
         finished: dict[str, str] = {}
         while len(finished) < len(request_ids):
             for out in self.engine.step():
                 outputs[out.request_id].append(out)
+                detok[out.request_id].add(out.new_token_ids, out.finished)
                 if out.finished:
                     finished[out.request_id] = out.finish_reason
+                elif detok[out.request_id].stopped:  # a stop string matched
+                    self.engine.abort(out.request_id)
+                    finished[out.request_id] = "stop"
         results = []
         for rid, prompt, p in zip(request_ids, ids, params):
             steps = outputs[rid]
-            tokens = [t for o in steps for t in o.new_token_ids]
             logprobs = [lp for o in steps for lp in (o.new_logprobs or [])] if p.logprobs else None
             results.append(CompletionOutput(
-                prompt_token_ids=prompt, token_ids=tokens,
-                text=self.tokenizer.decode(tokens, skip_special_tokens=p.skip_special_tokens),
-                finish_reason=finished[rid], cumulative_logprob=steps[-1].cumulative_logprob,
-                logprobs=logprobs))
+                prompt_token_ids=prompt, token_ids=[t for o in steps for t in o.new_token_ids],
+                text=detok[rid].text, finish_reason=finished[rid],
+                cumulative_logprob=steps[-1].cumulative_logprob, logprobs=logprobs))
         return results
