@@ -163,11 +163,14 @@ def correctness():
     pool = index_pool(64)
     keys = torch.randn(1000, 128, device=DEV) * 4
     slots = torch.randperm(64 * PAGE, device=DEV)[:1000]
+    # References run on the CPU: PyTorch's CUDA `tensor / python_scalar` multiplies by the
+    # reciprocal, so amax / 448 itself differs by an ulp there; the CPU divides like IEEE (and
+    # like the kernel's div_rn).
     for rotate in (False, True):
-        a, b = pool.clone(), pool.clone()
+        a, b = pool.clone(), pool.cpu()
         dispatch.store_index_keys(a, keys, slots, PAGE, rotate=rotate, backend="triton")
-        reference.store_index_keys_ref(b, keys, slots, PAGE, rotate=rotate)
-        bad = int((a != b).sum())
+        reference.store_index_keys_ref(b, keys.cpu(), slots.cpu(), PAGE, rotate=rotate)
+        bad = int((a.cpu() != b).sum())
         # rotating is a matmul whose fp32 summation order differs: a rare value lands on the other
         # side of an e4m3 rounding boundary, so only the unrotated store must be bit-exact
         check(f"index store bytes rotate={rotate}", bad == 0 if not rotate else bad <= a.numel() * 1e-4,
@@ -175,10 +178,11 @@ def correctness():
     for fp8 in (False, True):
         p = torch.zeros(2000, 656 if fp8 else 576, dtype=torch.uint8 if fp8 else torch.bfloat16, device=DEV)
         lat, rope, sl = torch.randn(1000, 512, device=DEV), torch.randn(1000, 64, device=DEV), torch.randperm(2000, device=DEV)[:1000]
-        a, b = p.clone(), p.clone()
+        a, b = p.clone(), p.cpu()
         dispatch.store_mla_kv(a, lat, rope, sl, backend="triton")
-        reference.store_mla_ref(b, lat, rope, sl)
-        check(f"mla store bytes fp8={fp8}", torch.equal(a.view(torch.uint8), b.view(torch.uint8)))
+        reference.store_mla_ref(b, lat.cpu(), rope.cpu(), sl.cpu())
+        check(f"mla store bytes fp8={fp8} (vs CPU reference)", torch.equal(a.cpu().view(torch.uint8), b.view(torch.uint8)),
+              mismatched_bytes=int((a.cpu().view(torch.uint8) != b.view(torch.uint8)).sum()))
     # paged logits and the end-to-end top-k overlap against the fp32 reference
     ctx = 600 if OPT.smoke else 9000
     pool = index_pool(8 * math.ceil(ctx / PAGE) + 8)
@@ -228,8 +232,9 @@ def correctness():
 
 PAGED_CONFIGS = [
     dict(BLOCK_K=64, KEYS_PER_PROG=1024, num_warps=4, num_stages=3),
+    dict(BLOCK_K=64, KEYS_PER_PROG=512, num_warps=4, num_stages=4),
     dict(BLOCK_K=128, KEYS_PER_PROG=1024, num_warps=8, num_stages=3),
-    dict(BLOCK_K=64, KEYS_PER_PROG=512, num_warps=8, num_stages=4),
+    dict(BLOCK_K=128, KEYS_PER_PROG=2048, num_warps=8, num_stages=4),
 ]
 
 
@@ -251,8 +256,8 @@ def indexer():
                 tag = dict(batch=batch, ctx=ctx, next_n=next_n)
                 sweep = batch == 128 and ctx == 32768 and not OPT.smoke
                 if sweep:
-                    cfgs = [dict(c, num_warps=max(c["num_warps"], 4 * min(next_n, 2))) for c in PAGED_CONFIGS]
-                    cfgs += [dict(BLOCK_K=64, KEYS_PER_PROG=1024, num_warps=16, num_stages=3)] if next_n == 4 else []
+                    cfgs = list(PAGED_CONFIGS)
+                    cfgs += [dict(c, num_warps=8) for c in PAGED_CONFIGS[:2]] if next_n > 1 else []
                 else:
                     cfgs = [best_cfg.get(next_n)]
                 times = []
@@ -330,7 +335,7 @@ def decode():
                                   torch.arange(s, e, device=DEV))
         for heads in (64, 128):
             for batch in ([2] if OPT.smoke else [1, 32, 128]):
-                if time.time() - T0 > OPT.budget * 0.8:
+                if time.time() - T0 > OPT.budget * 0.85:
                     RES["errors"].append("decode: stopped early")
                     return
                 q = torch.randn(batch, heads, 576, device=DEV).to(torch.bfloat16)
@@ -404,7 +409,7 @@ if __name__ == "__main__":
         m = lib(versions) if versions != "triton" else __import__("triton")
         RES.setdefault("versions", {})[versions] = getattr(m, "__version__", None) if m else None
     RES["versions"]["torch"] = torch.__version__
-    for run in (ceilings, correctness, indexer, decode, topk_section, prefill):
+    for run in (ceilings, correctness, indexer, topk_section, decode, prefill):
         run()
     RES["total_s"] = round(time.time() - T0, 1)
     save()

@@ -19,11 +19,15 @@ from dsa_backend.cache.layout import INDEX_FP8_BYTES, INDEX_HEAD_DIM
 
 @triton.jit
 def _scores_tile(q, w, k, k_scale, ROWS_Q: tl.constexpr, H: tl.constexpr, BLOCK_K: tl.constexpr):
-    """q [ROWS_Q*H, D] e4m3, w [ROWS_Q*H], k [BLOCK_K, D] e4m3, k_scale [BLOCK_K] -> [ROWS_Q, BLOCK_K]."""
-    s = tl.dot(q, tl.trans(k))
-    s = tl.maximum(s, 0.0) * w[:, None]
-    s = tl.sum(tl.reshape(s, (ROWS_Q, H, BLOCK_K)), axis=1)
-    return s * k_scale[None, :]
+    """k [BLOCK_K, D] e4m3, q [ROWS_Q*H, D] e4m3, w [ROWS_Q*H], k_scale [BLOCK_K] -> [BLOCK_K, ROWS_Q].
+
+    Keys are the matrix M dimension and (token, head) the N dimension, so the sum over heads
+    runs along N, inside a thread's accumulator registers, instead of across warps.
+    """
+    s = tl.dot(k, tl.trans(q))
+    s = tl.maximum(s, 0.0) * w[None, :]
+    s = tl.sum(tl.reshape(s, (BLOCK_K, ROWS_Q, H)), axis=2)
+    return s * k_scale[:, None]
 
 
 @triton.jit
@@ -57,7 +61,7 @@ def _paged_logits_kernel(
             off = pos % PAGE
             k = tl.load(kv_ptr + (base + off * D)[:, None] + d[None, :], mask=live[:, None], other=0.0)
             k_scale = tl.load(kscale_ptr + (base + PAGE * D) // 4 + off, mask=live, other=0.0)
-            s = _scores_tile(q, w, k, k_scale, NP, H, BLOCK_K)
+            s = tl.trans(_scores_tile(q, w, k, k_scale, NP, H, BLOCK_K))
             s = tl.where(pos[None, :] < lens[:, None], s, float("-inf"))
             if CLEAN:
                 tl.store(out_rows + pos[None, :], s, mask=tok_ok[:, None] & (pos[None, :] < max_len))
@@ -83,7 +87,7 @@ def paged_config(batch: int, max_context_len: int, next_n: int, num_sms: int = 1
     keys_per_prog = 1024
     while keys_per_prog > 128 and batch * triton.cdiv(max_context_len, keys_per_prog) < 4 * num_sms:
         keys_per_prog //= 2
-    return dict(BLOCK_K=64, KEYS_PER_PROG=keys_per_prog, num_warps=4 * max(1, triton.next_power_of_2(next_n) // 2), num_stages=3)
+    return dict(BLOCK_K=64, KEYS_PER_PROG=keys_per_prog, num_warps=4, num_stages=3)
 
 
 def paged_indexer_logits(
@@ -150,7 +154,7 @@ def _ragged_logits_kernel(
             live = (pos >= lo) & (pos < hi)
             k = tl.load(k_ptr + pos[:, None].to(tl.int64) * D + d[None, :], mask=live[:, None], other=0.0)
             k_scale = tl.load(kscale_ptr + pos, mask=live, other=0.0)
-            s = _scores_tile(q, w, k, k_scale, BLOCK_Q, H, BLOCK_K)
+            s = tl.trans(_scores_tile(q, w, k, k_scale, BLOCK_Q, H, BLOCK_K))
             inside = (pos[None, :] >= ks[:, None]) & (pos[None, :] < ke[:, None])
             s = tl.where(inside, s, float("-inf"))
             tl.store(out_rows + pos[None, :], s, mask=tok_ok[:, None] & (pos[None, :] < num_k))

@@ -70,7 +70,7 @@ def _topk_kernel(
         need = K
         bins = tl.arange(0, 256)
         for p in tl.static_range(4):
-            shift: tl.constexpr = 24 - 8 * p
+            shift = 24 - 8 * p
             hist = tl.zeros((256,), tl.int32)
             for c in range(0, length, BLOCK):
                 pos = c + offs
