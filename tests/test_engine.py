@@ -1,0 +1,147 @@
+"""Engine and EngineRunner on the tiny checkpoint: batching, retraction, sampling, abort, shutdown."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from conftest import random_prompts
+from dsa_backend.engine import Engine, EngineArgs, EngineRunner
+from dsa_backend.sampling_params import SamplingParams
+
+GREEDY = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+
+
+def run_all(engine: Engine, requests: dict[str, tuple[list[int], SamplingParams]]) -> dict[str, list[int]]:
+    for rid, (prompt, params) in requests.items():
+        engine.add_request(rid, prompt, params)
+    tokens = {rid: [] for rid in requests}
+    done = set()
+    while len(done) < len(requests):
+        for out in engine.step():
+            tokens[out.request_id] += out.new_token_ids
+            if out.finished:
+                done.add(out.request_id)
+    return tokens
+
+
+@pytest.fixture(scope="module")
+def path(checkpoint):
+    return checkpoint("glm_moe_dsa")
+
+
+def make_engine(path, **kw) -> Engine:
+    return Engine(EngineArgs(model=str(path), device="cpu", dtype="float32", page_size=16, **kw))
+
+
+def test_greedy_is_batch_invariant_alone_or_among_32_others(path):
+    prompts = random_prompts([5 + 3 * i for i in range(33)], seed=21)
+    engine = make_engine(path)
+    alone = run_all(engine, {"solo": (prompts[0], GREEDY)})["solo"]
+    together = run_all(engine, {f"r{i}": (p, GREEDY) for i, p in enumerate(prompts)})
+    assert together["r0"] == alone
+
+
+def test_tiny_kv_pool_retracts_and_still_completes_every_request_correctly(path):
+    prompts = random_prompts([30, 40, 35, 45, 38, 33], seed=22)
+    params = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
+    expected = run_all(make_engine(path), {f"r{i}": (p, params) for i, p in enumerate(prompts)})
+    small = make_engine(path, num_kv_pages=6)  # 96 slots for ~6 x 60 tokens of demand
+    got = run_all(small, {f"r{i}": (p, params) for i, p in enumerate(prompts)})
+    assert got == expected
+    assert small.scheduler.num_retractions > 0
+    assert small.cache.allocator.num_free == 6
+
+
+def test_same_seed_gives_the_same_sample_whatever_else_runs(path):
+    prompt = random_prompts([12], seed=23)[0]
+    seeded = SamplingParams(max_tokens=8, temperature=1.0, top_p=0.9, seed=1234, ignore_eos=True)
+    engine = make_engine(path)
+    alone = run_all(engine, {"a": (prompt, seeded)})["a"]
+    others = {f"o{i}": (p, SamplingParams(max_tokens=8, temperature=1.0, ignore_eos=True))
+              for i, p in enumerate(random_prompts([7, 9, 11], seed=24))}
+    mixed = run_all(engine, {"b": (prompt, seeded), **others})["b"]
+    assert mixed == alone
+
+
+def test_stop_token_ids_and_max_tokens_finish_requests(path):
+    engine = make_engine(path)
+    prompt = random_prompts([10], seed=25)[0]
+    first = run_all(engine, {"a": (prompt, GREEDY)})["a"]
+    stop = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True, stop_token_ids=[first[2]])
+    engine.add_request("b", prompt, stop)
+    outs = []
+    while engine.has_work():
+        outs += engine.step()
+    assert [t for o in outs for t in o.new_token_ids] == first[:3]
+    assert outs[-1].finish_reason == "stop" and outs[-1].finished
+
+
+@pytest.mark.parametrize("prompt_len, max_tokens, field", [
+    (0, 4, "prompt is empty"), (5000, 4, "max_model_len"), (10, 5000, "max_tokens"),
+])
+def test_requests_that_can_never_fit_are_refused_naming_the_problem(path, prompt_len, max_tokens, field):
+    engine = make_engine(path)
+    with pytest.raises(ValueError, match=field):
+        engine.add_request("x", [5] * prompt_len, SamplingParams(max_tokens=max_tokens))
+
+
+def test_abort_mid_generation_frees_every_page(path):
+    engine = make_engine(path, num_kv_pages=16)
+    engine.add_request("a", random_prompts([40], seed=26)[0], SamplingParams(max_tokens=50, ignore_eos=True))
+    engine.step()
+    engine.step()
+    assert engine.cache.allocator.num_free < 16
+    out = engine.abort("a")
+    assert out.finished and out.finish_reason == "abort"
+    assert engine.cache.allocator.num_free == 16 and not engine.has_work()
+
+
+def test_logprobs_are_reported_and_summed(path):
+    engine = make_engine(path)
+    engine.add_request("a", random_prompts([8])[0], SamplingParams(max_tokens=3, temperature=0, logprobs=True,
+                                                                      ignore_eos=True))
+    outs = []
+    while engine.has_work():
+        outs += engine.step()
+    logprobs = [lp for o in outs for lp in o.new_logprobs]
+    assert len(logprobs) == 3 and all(lp <= 0 for lp in logprobs)
+    assert outs[-1].cumulative_logprob == pytest.approx(sum(logprobs))
+
+
+def test_runner_streams_outputs_and_finishes_once(path):
+    runner = EngineRunner(EngineArgs(model=str(path), device="cpu", dtype="float32", page_size=16))
+    try:
+        got, done = [], threading.Event()
+
+        def on_output(out):
+            got.append(out)
+            if out.finished:
+                done.set()
+
+        runner.submit("a", random_prompts([10])[0], GREEDY, on_output)
+        assert done.wait(60)
+        assert sum(len(o.new_token_ids) for o in got) == 6 and [o.finished for o in got].count(True) == 1
+        with pytest.raises(ValueError, match="max_tokens"):
+            runner.submit("b", [3] * 10, SamplingParams(max_tokens=10**6), on_output)
+    finally:
+        runner.shutdown(10)
+
+
+def test_runner_shutdown_ends_in_flight_requests_with_a_final_output(path):
+    runner = EngineRunner(EngineArgs(model=str(path), device="cpu", dtype="float32", page_size=16))
+    finals, started = [], threading.Event()
+
+    def on_output(out):
+        started.set()
+        if out.finished:
+            finals.append(out)
+
+    for i, p in enumerate(random_prompts([20, 25], seed=27)):
+        runner.submit(f"r{i}", p, SamplingParams(max_tokens=2000, ignore_eos=True), on_output)
+    assert started.wait(60)
+    runner.shutdown(30)
+    assert sorted(o.request_id for o in finals) == ["r0", "r1"]
+    assert all(o.finish_reason == "abort" for o in finals)
+    assert runner.stats()["kv_pages_free"] == runner.stats()["kv_pages_total"]
