@@ -60,6 +60,8 @@ def parse_request(inputs: Mapping[str, np.ndarray]) -> LLMRequest:
         value = _scalar(inputs, name, kinds)
         if value is not None:
             fields[field] = value
+    if "max_tokens" not in fields:
+        raise ValueError("max_tokens is required (a positive integer)")
     flags = {name: bool(_scalar(inputs, name, "b")) for name in _FLAGS}
     stop = list(fields.pop("stop", ()) or ())
     if isinstance(stop, str):

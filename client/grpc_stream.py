@@ -1,0 +1,140 @@
+"""One generation request over a Triton gRPC stream, with the arrival time of every response.
+
+The `dsa` ensemble is decoupled, so even a non-streamed completion goes over a bidirectional
+stream; it arrives as one response. The last response carries Triton's final flag, so no empty
+final response is asked for.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+MODEL = "dsa"
+# name -> Triton dtype of the ensemble's optional scalar inputs
+_SCALAR_TYPES = {
+    "temperature": "FP32", "top_k": "INT32", "top_p": "FP32", "min_p": "FP32",
+    "repetition_penalty": "FP32", "presence_penalty": "FP32", "frequency_penalty": "FP32",
+    "min_tokens": "INT32", "min_length": "INT32", "seed": "UINT64", "random_seed": "UINT64",
+    "end_id": "INT32", "pad_id": "INT32", "beam_width": "INT32",
+    "stream": "BOOL", "exclude_input_in_output": "BOOL", "return_log_probs": "BOOL",
+    "sampling_parameters": "BYTES", "messages": "BYTES",
+}
+_LIST_TYPES = {"stop_words": "BYTES", "bad_words": "BYTES"}
+_NP = {"FP32": np.float32, "INT32": np.int32, "UINT64": np.uint64, "BOOL": np.bool_, "BYTES": np.object_}
+
+
+@dataclass
+class Completion:
+    """What came back for one request: text deltas with their arrival times, and the totals."""
+
+    deltas: list[str] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)     # seconds since the request was sent
+    finish_reason: str | None = None
+    num_input_tokens: int = 0
+    num_output_tokens: int = 0
+    cum_log_prob: float | None = None
+    output_log_probs: list[float] = field(default_factory=list)
+    error: str | None = None
+    final: bool = False
+
+    @property
+    def text(self) -> str:
+        return "".join(self.deltas)
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Time to the first response with text."""
+        return next((t for d, t in zip(self.deltas, self.times) if d), None)
+
+    @property
+    def e2e_s(self) -> float | None:
+        return self.times[-1] if self.times else None
+
+
+def build_inputs(prompt: str, max_tokens: int | None, **params: Any) -> list[grpcclient.InferInput]:
+    """The ensemble's input tensors, each with batch dimension 1; None values are left out."""
+    tensors = [("text_input", "BYTES", [prompt.encode("utf-8") if isinstance(prompt, str) else prompt])]
+    if max_tokens is not None:
+        tensors.append(("max_tokens", "INT32", [max_tokens]))
+    for name, value in params.items():
+        if value is None:
+            continue
+        if name in _LIST_TYPES:
+            tensors.append((name, _LIST_TYPES[name], [v.encode("utf-8") for v in value]))
+        elif name in _SCALAR_TYPES:
+            dtype = _SCALAR_TYPES[name]
+            tensors.append((name, dtype, [value.encode("utf-8") if isinstance(value, str) else value]))
+        else:
+            raise ValueError(f"unknown input {name!r}; known: {sorted({**_SCALAR_TYPES, **_LIST_TYPES})}")
+    inputs = []
+    for name, dtype, values in tensors:
+        array = np.array([values], dtype=_NP[dtype])
+        tensor = grpcclient.InferInput(name, list(array.shape), dtype)
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
+def generate(url: str, prompt: str, max_tokens: int | None, *, stream: bool = True, timeout_s: float = 600,
+             on_delta: Callable[[str], None] | None = None, cancel_after: int | None = None,
+             inputs: list[grpcclient.InferInput] | None = None, model: str = MODEL, **params: Any) -> Completion:
+    """Send one request and collect its responses until the final one (or an error).
+
+    `cancel_after` closes the stream, cancelling the request, after that many responses.
+    `inputs` replaces the tensors built from prompt/max_tokens/params (to send malformed ones).
+    """
+    client = grpcclient.InferenceServerClient(url)
+    responses: queue.Queue = queue.Queue()
+    completion = Completion()
+    start = time.perf_counter()
+    client.start_stream(callback=lambda result, error: responses.put((result, error, time.perf_counter())))
+    try:
+        client.async_stream_infer(model, inputs or build_inputs(prompt, max_tokens, stream=stream, **params),
+                                  request_id=uuid.uuid4().hex[:16])
+        deadline = start + timeout_s
+        while not completion.final:
+            try:
+                result, error, at = responses.get(timeout=max(deadline - time.perf_counter(), 0.001))
+            except queue.Empty:
+                raise TimeoutError(f"no final response within {timeout_s} s") from None
+            completion.times.append(at - start)
+            if error is not None:
+                completion.error, completion.final = str(error), True
+                completion.deltas.append("")
+                break
+            _add_response(completion, result)
+            if on_delta and completion.deltas[-1]:
+                on_delta(completion.deltas[-1])
+            if cancel_after is not None and len(completion.times) >= cancel_after and not completion.final:
+                client.stop_stream(cancel_requests=True)
+                break
+    finally:
+        client.stop_stream()
+        client.close()
+    return completion
+
+
+def _add_response(completion: Completion, result) -> None:
+    text = result.as_numpy("text_output")
+    completion.deltas.append(b"".join(text.reshape(-1)).decode("utf-8") if text is not None else "")
+    reason = result.as_numpy("finish_reason")
+    if reason is not None and reason.reshape(-1)[0]:
+        completion.finish_reason = reason.reshape(-1)[0].decode()
+    for name in ("num_input_tokens", "num_output_tokens"):
+        value = result.as_numpy(name)
+        if value is not None:
+            setattr(completion, name, int(value.reshape(-1)[0]))
+    cum = result.as_numpy("cum_log_probs")
+    if cum is not None:
+        completion.cum_log_prob = float(cum.reshape(-1)[0])
+    logprobs = result.as_numpy("output_log_probs")
+    if logprobs is not None:
+        completion.output_log_probs += logprobs.reshape(-1).tolist()
+    completion.final = result.get_response().parameters["triton_final_response"].bool_param

@@ -1,0 +1,53 @@
+"""Stream one completion from the `dsa` ensemble to the terminal.
+
+    python -m dsa_client.stream --url 127.0.0.1:8001 --max-tokens 64 "Tell me about sparse attention"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from dsa_client.grpc_stream import generate
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("prompt", help="prompt text; with --chat, the user message")
+    parser.add_argument("--url", default="127.0.0.1:8001", help="Triton gRPC address")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    parser.add_argument("--top-p", type=float)
+    parser.add_argument("--top-k", type=int)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--stop", action="append", help="stop string (repeatable)")
+    parser.add_argument("--chat", action="store_true", help="send the prompt as a user message (chat template)")
+    parser.add_argument("--no-stream", action="store_true", help="one response at the end")
+    args = parser.parse_args(argv)
+    messages = json.dumps([{"role": "user", "content": args.prompt}]) if args.chat else None
+    completion = generate(
+        args.url, "" if args.chat else args.prompt, args.max_tokens, stream=not args.no_stream,
+        on_delta=lambda d: print(d, end="", flush=True), temperature=args.temperature, top_p=args.top_p,
+        top_k=args.top_k, seed=args.seed, stop_words=args.stop, messages=messages,
+        exclude_input_in_output=True)
+    print()
+    if completion.error:
+        print(f"error: {completion.error}", file=sys.stderr)
+        return 1
+    print(format_timing(completion), file=sys.stderr)
+    return 0
+
+
+def format_timing(completion) -> str:
+    n = completion.num_output_tokens
+    e2e = completion.e2e_s or 0.0
+    ttft = completion.ttft_s
+    decode = (n - 1) / (e2e - ttft) if ttft is not None and n > 1 and e2e > ttft else float("nan")
+    return (f"[{completion.num_input_tokens} prompt tokens, {n} generated, finish_reason="
+            f"{completion.finish_reason}; TTFT {ttft if ttft is not None else float('nan'):.3f} s, "
+            f"total {e2e:.3f} s, {decode:.1f} tokens/s after the first]")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Synthetic requests: prompts of a fixed or sampled length, and output lengths.
+
+Prompts are made of common English words, each one token in the DeepSeek vocabulary, so a prompt
+of N words is about N tokens; the server reports the exact count (num_input_tokens).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+WORDS = ("the of and to in is was for on that with as by at from his her it an were are which this be "
+         "or has had not but one all new more first two after who they have their been also its time "
+         "other into only over some most many year city when part during about them than up world "
+         "under may later while where most well such state each made people would since between").split()
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt: str
+    max_tokens: int
+
+
+def sample_length(rng: random.Random, mean: int, std: float) -> int:
+    return mean if std <= 0 else max(1, round(rng.gauss(mean, std)))
+
+
+def make_requests(n: int, input_len: int, output_len: int, input_std: float = 0, output_std: float = 0,
+                  seed: int = 0) -> list[Request]:
+    """`n` requests with input/output lengths drawn from normal distributions (fixed when std is 0)."""
+    rng = random.Random(seed)
+    requests = []
+    for _ in range(n):
+        words = [rng.choice(WORDS) for _ in range(sample_length(rng, input_len, input_std))]
+        requests.append(Request(" ".join(words), sample_length(rng, output_len, output_std)))
+    return requests

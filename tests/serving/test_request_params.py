@@ -1,0 +1,71 @@
+"""dsa_backend.serving.request_params: tensorrtllm/vllm-style inputs -> SamplingParams."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dsa_backend.serving.request_params import parse_request
+
+
+def inputs(**extra):
+    base = {"input_ids": np.array([5, 6, 7], dtype=np.int32), "max_tokens": np.array([8], dtype=np.int32)}
+    return {**base, **extra}
+
+
+def test_defaults_are_vllm_defaults_with_the_given_max_tokens():
+    r = parse_request(inputs())
+    assert r.prompt_token_ids == [5, 6, 7]
+    assert r.params.max_tokens == 8 and r.params.temperature == 1.0
+    assert not r.stream and not r.exclude_input_in_output
+
+
+def test_tensorrtllm_tensors_map_to_sampling_params():
+    r = parse_request(inputs(
+        temperature=np.array([0.0], np.float32), top_k=np.array([5], np.int32), top_p=np.array([0.5], np.float32),
+        min_p=np.array([0.1], np.float32), repetition_penalty=np.array([1.2], np.float32),
+        presence_penalty=np.array([0.5], np.float32), frequency_penalty=np.array([-0.5], np.float32),
+        min_length=np.array([2], np.int32), random_seed=np.array([42], np.uint64),
+        end_id=np.array([9], np.int32), stop_words=np.array([b"END", b""], dtype=object),
+        bad_words_ids=np.array([[1, 2, 3], [2, 3, -1]], np.int32), return_log_probs=np.array([True]),
+        stream=np.array([True]), exclude_input_in_output=np.array([True]), beam_width=np.array([1], np.int32)))
+    p = r.params
+    assert (p.temperature, p.top_k, p.min_tokens, p.seed) == (0.0, 5, 2, 42)
+    assert p.top_p == pytest.approx(0.5) and p.min_p == pytest.approx(0.1)
+    assert p.stop == ("END",) and p.stop_token_ids == (9,) and p.bad_words_ids == ((1, 2), (3,))
+    assert p.logprobs and r.stream and r.exclude_input_in_output
+
+
+def test_vllm_sampling_parameters_json_is_accepted_and_tensors_override_it():
+    js = json.dumps({"temperature": 0, "max_tokens": 100.0, "stop": "x", "ignore_eos": True, "n": 1})
+    r = parse_request(inputs(sampling_parameters=np.array([js.encode()], dtype=object)))
+    assert r.params.max_tokens == 8 and r.params.temperature == 0 and r.params.stop == ("x",)
+    assert r.params.ignore_eos
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"max_tokens": np.array([0], np.int32)}, "max_tokens"),
+    ({"max_tokens": np.array([1.5], np.float32)}, "max_tokens"),
+    ({"max_tokens": np.array([1, 2], np.int32)}, "max_tokens"),
+    ({"temperature": np.array([-1.0], np.float32)}, "temperature"),
+    ({"top_p": np.array([0.0], np.float32)}, "top_p"),
+    ({"top_p": np.array([1.5], np.float32)}, "top_p"),
+    ({"top_k": np.array([-1], np.int32)}, "top_k"),
+    ({"beam_width": np.array([4], np.int32)}, "beam_width"),
+    ({"input_ids": np.array([], np.int32)}, "input_ids"),
+    ({"stop_words": np.array([b"\xff"], dtype=object)}, "stop_words"),
+    ({"sampling_parameters": np.array([b"{not json"], dtype=object)}, "sampling_parameters"),
+    ({"sampling_parameters": np.array([b'{"bogus": 1}'], dtype=object)}, "sampling_parameters"),
+    ({"sampling_parameters": np.array([b'{"n": 3}'], dtype=object)}, "sampling_parameters.n"),
+    ({"sampling_parameters": np.array([b'{"temperature": "hot"}'], dtype=object)}, "sampling_parameters"),
+])
+def test_bad_values_raise_naming_the_field(extra, field):
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        parse_request(inputs(**extra))
+
+
+def test_missing_max_tokens_names_the_field():
+    with pytest.raises(ValueError, match="max_tokens"):
+        parse_request({"input_ids": np.array([1], np.int32)})
