@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from conftest import random_prompts
+from checkpoints import random_prompts
 from dsa_backend.engine import Engine, EngineArgs, EngineRunner
 from dsa_backend.sampling_params import SamplingParams
 

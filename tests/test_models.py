@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from conftest import dequantized_copy, random_prompts
+from checkpoints import dequantized_copy, random_prompts
 from dsa_backend import LLM, SamplingParams
 from dsa_backend.batch import ForwardBatch, ForwardMode
 from dsa_backend.cache import KVCache, pages_needed
