@@ -197,7 +197,7 @@ def correctness():
         ref_pos = reference.topk_positions_ref(want, lens, K)
         overlap = min(len(set(got[i].tolist()) & set(ref_pos[i].tolist())) / K for i in range(got.shape[0]))
         exact = torch.equal(got, reference.topk_positions_ref(out, lens, K))
-        check(f"paged logits next_n={next_n}", same_mask and err < 1e-5 and overlap >= 0.99 and exact,
+        check(f"paged logits next_n={next_n}", same_mask and err < 1e-3 and overlap >= 0.99 and exact,
               max_rel_err=err, topk_overlap_min=overlap, topk_exact_on_own_logits=exact)
         if lib("deep_gemm") is not None:
             try:

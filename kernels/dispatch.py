@@ -131,9 +131,13 @@ def _deepgemm_paged(q_fp8, weights, index_pool, block_table, context_lens, page_
     sched = dg.get_paged_mqa_logits_metadata(lens, page_size, dg.get_num_sms())
     kv = index_pool.view(index_pool.shape[0], page_size, 1, dim + 4)
     table = block_table[::next_n] if block_table.shape[0] == n and next_n > 1 else block_table
+    # 0.1.4 refuses clean_logits with 2-D lengths (the SM90 layout), so mask here instead
     out = dg.fp8_paged_mqa_logits(q_fp8.view(batch, next_n, heads, dim), kv, weights, lens, table, sched,
-                                  max_len, clean)
-    return out[:, :max_len]
+                                  max_len, False)[:, :max_len]
+    if clean:
+        pos = torch.arange(max_len, device=out.device)
+        out.masked_fill_(pos[None, :] >= lens.reshape(-1, 1), float("-inf"))
+    return out
 
 
 def ragged_indexer_logits(

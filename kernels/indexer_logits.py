@@ -83,11 +83,14 @@ def _check_q(q_fp8: torch.Tensor, weights: torch.Tensor) -> None:
 
 
 def paged_config(batch: int, max_context_len: int, next_n: int, num_sms: int = 132) -> dict:
-    """Tile shape for the paged kernel: 64-key tiles, enough key chunks to give every SM work."""
+    """Tile shape for the paged kernel: 64-key tiles, enough key chunks to give every SM work.
+
+    Chosen from the H200 sweep in docs/PERFORMANCE.md (2026-11-22): 64-key tiles with 4 warps won
+    for next_n 1 and 2, 8 warps for next_n 4; 128-key tiles were 10-25% slower."""
     keys_per_prog = 1024
     while keys_per_prog > 128 and batch * triton.cdiv(max_context_len, keys_per_prog) < 4 * num_sms:
         keys_per_prog //= 2
-    return dict(BLOCK_K=64, KEYS_PER_PROG=keys_per_prog, num_warps=4, num_stages=3)
+    return dict(BLOCK_K=64, KEYS_PER_PROG=keys_per_prog, num_warps=8 if next_n > 2 else 4, num_stages=3)
 
 
 def paged_indexer_logits(
