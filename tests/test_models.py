@@ -46,13 +46,13 @@ def reference(name, path):
 
 
 @torch.no_grad()
-def paged_greedy(path, prompts, steps, page_size=16, kv_cache_dtype="auto"):
-    """Batched prefill then batched decode over the pools; tokens and each step's logits."""
-    model, info = load_model(path, torch.float32)
+def paged_greedy(path, prompts, steps, page_size=16, kv_cache_dtype="auto", device="cpu"):
+    """Batched prefill then batched decode over the pools; tokens and the last step's logits."""
+    model, info = load_model(path, torch.float32, device)
     cache = KVCache(model.config, 64, page_size, dtype=torch.float32, kv_cache_dtype=kv_cache_dtype,
-                    mtp_has_indexer=info.mtp_has_indexer)
+                    mtp_has_indexer=info.mtp_has_indexer, device=device)
     pages = [cache.allocator.allocate(pages_needed(len(p) + steps, page_size)) for p in prompts]
-    batch = ForwardBatch.build(ForwardMode.EXTEND, prompts, [0] * len(prompts), pages, page_size)
+    batch = ForwardBatch.build(ForwardMode.EXTEND, prompts, [0] * len(prompts), pages, page_size, device)
     logits = model(batch, cache).logits
     tokens = [[] for _ in prompts]
     for step in range(steps):
@@ -61,9 +61,10 @@ def paged_greedy(path, prompts, steps, page_size=16, kv_cache_dtype="auto"):
         if step == steps - 1:
             break
         lengths = [len(p) + step for p in prompts]
-        batch = ForwardBatch.build(ForwardMode.DECODE, [[t[-1]] for t in tokens], lengths, pages, page_size)
+        batch = ForwardBatch.build(ForwardMode.DECODE, [[t[-1]] for t in tokens], lengths, pages, page_size,
+                                   device)
         logits = model(batch, cache).logits
-    return tokens, logits
+    return tokens, logits.cpu()
 
 
 @pytest.mark.parametrize("name", ["deepseek_v32", "glm_moe_dsa", "glm_shared_freq", "glm_shared_pattern"])
@@ -74,6 +75,18 @@ def test_greedy_tokens_and_logits_match_transformers(checkpoint, name):
     for (ref_tokens, ref_logits), ours, logits in zip(expected, tokens, last_logits):
         assert ours == ref_tokens
         torch.testing.assert_close(logits, ref_logits, rtol=0, atol=LOGITS_ATOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["deepseek_v32", "glm_shared_freq"])
+def test_greedy_tokens_match_transformers_on_cuda(checkpoint, name):
+    path = checkpoint(name)
+    expected = reference(name, path)
+    tokens, last_logits = paged_greedy(path, random_prompts(LENGTHS), STEPS, device="cuda")
+    for (ref_tokens, ref_logits), ours, logits in zip(expected, tokens, last_logits):
+        assert ours == ref_tokens
+        # TF32 matmuls are off by default in torch, so float32 on the GPU stays close
+        torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-3)
 
 
 def test_llm_generate_matches_transformers(checkpoint):
