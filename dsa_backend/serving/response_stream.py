@@ -29,8 +29,9 @@ class Reply:
 
 
 class ResponseStream:
-    def __init__(self, request: LLMRequest, tokenizer: Tokenizer, arrival: float):
+    def __init__(self, request_id: str, request: LLMRequest, tokenizer: Tokenizer, arrival: float):
         p = request.params
+        self.request_id = request_id
         self.request = request
         self.tokenizer = tokenizer
         self.detok = IncrementalDetokenizer(tokenizer, stop=p.stop,
@@ -82,6 +83,7 @@ class ResponseStream:
             "num_input_tokens": np.array([out.num_prompt_tokens], dtype=np.int32),
             "num_output_tokens": np.array([out.num_output_tokens], dtype=np.int32),
             "skip_special_tokens": np.array([self.detok.skip_special_tokens]),
+            "request_id": np.array([self.request_id.encode()], dtype=np.object_),
         }
         return Reply(outputs, self.finished, new_tokens=n, ttft_s=ttft, itl_s=itl)
 

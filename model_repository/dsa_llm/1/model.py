@@ -79,9 +79,14 @@ class TritonPythonModel:
         return None
 
     def _submit(self, request, sender) -> None:
-        parsed = parse_request(triton_io.request_inputs(request))
+        inputs = triton_io.request_inputs(request)
+        if "abort_request_id" in inputs:
+            self._abort_for_peer(inputs["abort_request_id"][0].decode())
+            sender.send(flags=FINAL)
+            return
+        parsed = parse_request(inputs)
         request_id = f"{request.request_id() or 'req'}-{uuid.uuid4().hex[:12]}"
-        active = _Active(sender, ResponseStream(parsed, self.tokenizer, time.monotonic()))
+        active = _Active(sender, ResponseStream(request_id, parsed, self.tokenizer, time.monotonic()))
         with self.lock:
             self.active[request_id] = active
         try:
@@ -92,6 +97,15 @@ class TritonPythonModel:
                 self.active.pop(request_id, None)
             raise
         self.metrics.request_admitted(len(parsed.prompt_token_ids))
+
+    def _abort_for_peer(self, request_id: str) -> None:
+        # postprocessing saw the ensemble request cancelled; no more responses are wanted.
+        with self.lock:
+            active = self.active.get(request_id)
+        if active is not None and not active.cancelled:
+            active.cancelled = True
+            logger.info("dsa_llm: %s cancelled by the client (through the ensemble)", request_id)
+            self.runner.abort(request_id)
 
     def _send_loop(self) -> None:
         # Runs detokenization and IPC off the engine thread, in the order the engine produced.
@@ -119,6 +133,8 @@ class TritonPythonModel:
         reason = "error" if reply.error else (out.finish_reason or "stop") if reply.final else ""
         self.metrics.reply_sent(reply, reason)
         if active.cancelled:
+            if not reply.final:
+                return
             response = None
         elif reply.error:
             response = triton_io.error_response(reply.error)
@@ -127,6 +143,9 @@ class TritonPythonModel:
         else:
             return
         if reply.final:
+            # Refresh the gauges first, so a client that reads them after its last response
+            # sees the pages of this request already freed.
+            self.metrics.engine_stats(self.runner.stats())
             self._finish(request_id, active, response, None)
         else:
             active.sender.send(response)

@@ -1,0 +1,145 @@
+"""End to end through a real tritonserver: the `dsa` ensemble over gRPC, on the tiny checkpoint."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from dsa_backend import SamplingParams
+from dsa_client.grpc_stream import build_inputs, generate
+
+PROMPTS = {
+    "english": "The quick brown fox jumps over the lazy dog.",
+    "chinese": "深度求索的稀疏注意力：你好，世界！",
+    "emoji": "Party time 🎉🎊👩‍👩‍👧 let's go",
+}
+
+
+def greedy(url, prompt, max_tokens=16, **kw):
+    c = generate(url, prompt, max_tokens, temperature=0.0, exclude_input_in_output=True, timeout_s=120, **kw)
+    assert c.error is None, c.error
+    assert c.final
+    return c
+
+
+@pytest.mark.parametrize("name", PROMPTS)
+def test_stream_equals_non_stream_equals_offline_llm(served, offline_llm, name):
+    streamed = greedy(served.grpc_url, PROMPTS[name], stream=True)
+    whole = greedy(served.grpc_url, PROMPTS[name], stream=False)
+    [offline] = offline_llm.generate(PROMPTS[name], SamplingParams(max_tokens=16, temperature=0))
+    assert len(streamed.deltas) > 1 and len(whole.deltas) == 1
+    assert streamed.text == whole.text == offline.text
+    assert streamed.num_output_tokens == whole.num_output_tokens == 16
+    assert streamed.finish_reason == whole.finish_reason == "length"
+
+
+def test_non_streamed_text_includes_the_prompt_unless_excluded(served):
+    prompt = PROMPTS["english"]
+    c = generate(served.grpc_url, prompt, 4, stream=False, temperature=0.0, timeout_s=120)
+    assert c.text == prompt + greedy(served.grpc_url, prompt, 4).text
+
+
+def test_32_concurrent_streams_each_equal_their_solo_output(served):
+    prompts = [f"Request number {i}: tell me about item {i * 7}" for i in range(32)]
+    solo = [greedy(served.grpc_url, p, 8).text for p in prompts]
+    with ThreadPoolExecutor(32) as pool:
+        together = list(pool.map(lambda p: greedy(served.grpc_url, p, 8, stream=True), prompts))
+    assert [c.text for c in together] == solo
+    assert all(c.num_output_tokens == 8 for c in together)
+
+
+def test_stop_word_ends_the_text_before_it(served):
+    full = greedy(served.grpc_url, PROMPTS["english"], 16).text
+    stop = full[len(full) // 2:len(full) // 2 + 3]
+    c = greedy(served.grpc_url, PROMPTS["english"], 16, stop_words=[stop])
+    assert c.text == full[:full.index(stop)]
+    assert c.finish_reason == "stop"
+
+
+def test_log_probs_are_returned_when_asked(served):
+    c = greedy(served.grpc_url, PROMPTS["english"], 6, return_log_probs=True, stream=False)
+    assert len(c.output_log_probs) == 6 and all(lp <= 0 for lp in c.output_log_probs)
+    assert c.cum_log_prob == pytest.approx(sum(c.output_log_probs), rel=1e-4)
+
+
+def test_chat_messages_use_the_chat_template(served):
+    messages = json.dumps([{"role": "user", "content": "Hi"}])
+    c = greedy(served.grpc_url, "", 4, messages=messages)
+    # <bos> <User> Hi <Assistant>
+    assert c.num_input_tokens == 4
+
+
+def wait_idle(metric, timeout_s=30.0) -> None:
+    # The gauges are refreshed together, so running == 0 means the page counts are current too.
+    deadline = time.monotonic() + timeout_s
+    while metric("dsa_requests_running") + metric("dsa_requests_waiting") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert metric("dsa_requests_running") + metric("dsa_requests_waiting") == 0
+
+
+def test_cancel_mid_stream_stops_generation_and_frees_pages(served, metric):
+    wait_idle(metric)
+    idle_free = metric("dsa_kv_pages_free", pool="mla")
+    generated_before = metric("dsa_generation_tokens_total")
+    c = generate(served.grpc_url, PROMPTS["english"], 400, temperature=0.0, cancel_after=3, timeout_s=120)
+    assert len(c.times) == 3 and not c.final
+    wait_idle(metric)
+    assert metric("dsa_kv_pages_free", pool="mla") == metric("dsa_kv_pages_free", pool="indexer") == idle_free
+    settled = metric("dsa_generation_tokens_total")
+    time.sleep(0.5)
+    assert metric("dsa_generation_tokens_total") == settled     # nothing more is generated
+    assert settled - generated_before < 100                      # far from the 400 asked for
+    assert metric("dsa_requests_total", finish_reason="abort") >= 1
+
+
+def _raw(name, dtype, array):
+    tensor = grpcclient.InferInput(name, list(array.shape), dtype)
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+def _text(value: bytes):
+    return _raw("text_input", "BYTES", np.array([[value]], dtype=object))
+
+
+def _max_tokens(value=4, dtype="INT32", np_dtype=np.int32, shape=(1, 1)):
+    return _raw("max_tokens", dtype, np.full(shape, value, dtype=np_dtype))
+
+
+BAD_INPUTS = {
+    "empty text": ("text_input", dict(prompt="")),
+    "missing max_tokens": ("max_tokens", dict(inputs=[_text(b"hi")])),
+    "zero max_tokens": ("max_tokens", dict(max_tokens=0)),
+    "negative max_tokens": ("max_tokens", dict(max_tokens=-3)),
+    "max_tokens beyond the context": ("max_tokens", dict(max_tokens=100_000)),
+    "prompt longer than the context": ("context", dict(prompt="the " * 600)),
+    "negative temperature": ("temperature", dict(temperature=-0.5)),
+    "top_p zero": ("top_p", dict(top_p=0.0)),
+    "top_p above one": ("top_p", dict(top_p=1.5)),
+    "negative top_k": ("top_k", dict(top_k=-1)),
+    "invalid UTF-8": ("text_input", dict(inputs=[_text(b"ok \xff\xfe"), _max_tokens()])),
+    "wrong dtype": ("max_tokens", dict(inputs=[_text(b"hi"), _max_tokens(4.0, "FP32", np.float32)])),
+    "wrong shape": ("max_tokens", dict(inputs=[_text(b"hi"), _max_tokens(shape=(1, 2))])),
+    "malformed sampling_parameters": ("sampling_parameters", dict(sampling_parameters="{temperature: ")),
+    "beam_width above one": ("beam_width", dict(beam_width=4)),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_gets_an_error_naming_the_field_and_the_next_request_succeeds(served, case):
+    field, kwargs = BAD_INPUTS[case]
+    kwargs = {"prompt": "hello", "max_tokens": 4, **kwargs}
+    c = generate(served.grpc_url, kwargs.pop("prompt"), kwargs.pop("max_tokens"), timeout_s=60, **kwargs)
+    assert c.error is not None and field in c.error, c.error
+    assert c.final
+    assert greedy(served.grpc_url, "hello", 2).num_output_tokens == 2
+
+
+def test_inputs_builder_refuses_unknown_names():
+    with pytest.raises(ValueError, match="unknown input"):
+        build_inputs("x", 1, temprature=0.5)
