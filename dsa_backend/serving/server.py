@@ -11,14 +11,18 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from dsa_backend.serving.install import ServerInstall, find_server
 
 logger = logging.getLogger(__name__)
+_DRAIN_GRACE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,10 @@ class TritonServer:
         pid = self.process.pid
         try:
             if self.process.poll() is None:
+                if self.drain():
+                    # dsa_llm has sent every last response; let them pass postprocessing, since
+                    # once stopping, Triton fails ensemble steps and waits out the exit timeout.
+                    time.sleep(_DRAIN_GRACE_S)
                 self.process.send_signal(signal.SIGINT)
                 try:
                     self.process.wait(timeout_s)
@@ -122,6 +130,30 @@ class TritonServer:
             code = self.process.wait()
             self.process = None
         return code
+
+    def drain(self, timeout_s: float = 10) -> bool:
+        """Ask dsa_llm to end its in-flight requests now, so that Triton's stop finds none.
+
+        Returns False when there is no dsa_llm to ask (or it did not answer).
+        """
+        import tritonclient.grpc as grpcclient
+
+        done = threading.Event()
+        client = grpcclient.InferenceServerClient(self.grpc_url)
+        try:
+            if not client.is_model_ready("dsa_llm"):
+                return False
+            drain = grpcclient.InferInput("drain", [1, 1], "BOOL")
+            drain.set_data_from_numpy(np.array([[True]]))
+            client.start_stream(callback=lambda result, error: done.set())
+            client.async_stream_infer("dsa_llm", [drain], enable_empty_final_response=True)
+            return done.wait(timeout_s)
+        except Exception:
+            logger.warning("draining dsa_llm failed; stopping anyway", exc_info=True)
+            return False
+        finally:
+            client.stop_stream()
+            client.close()
 
     def log_tail(self, chars: int = 4000) -> str:
         try:

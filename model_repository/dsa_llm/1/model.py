@@ -61,6 +61,7 @@ class TritonPythonModel:
         self.lock = threading.Lock()
         self.outputs: queue.Queue = queue.Queue()
         self.stopping = threading.Event()
+        self.draining = threading.Event()
         self.sender_thread = threading.Thread(target=self._send_loop, name="dsa_llm-sender", daemon=True)
         self.watch_thread = threading.Thread(target=self._watch_loop, name="dsa_llm-watch", daemon=True)
         self.sender_thread.start()
@@ -80,10 +81,16 @@ class TritonPythonModel:
 
     def _submit(self, request, sender) -> None:
         inputs = triton_io.request_inputs(request)
-        if "abort_request_id" in inputs:
-            self._abort_for_peer(inputs["abort_request_id"][0].decode())
-            sender.send(flags=FINAL)
+        if "abort_request_id" in inputs or "drain" in inputs:
+            if "abort_request_id" in inputs:
+                self._abort_for_peer(inputs["abort_request_id"][0].decode())
+            if "drain" in inputs and inputs["drain"][0]:
+                self._drain(sender)
+            else:
+                sender.send(flags=FINAL)
             return
+        if self.draining.is_set():
+            raise ValueError("the server is shutting down and takes no new requests")
         parsed = parse_request(inputs)
         request_id = f"{request.request_id() or 'req'}-{uuid.uuid4().hex[:12]}"
         active = _Active(sender, ResponseStream(request_id, parsed, self.tokenizer, time.monotonic()))
@@ -106,6 +113,23 @@ class TritonPythonModel:
             active.cancelled = True
             logger.info("dsa_llm: %s cancelled by the client (through the ensemble)", request_id)
             self.runner.abort(request_id)
+
+    def _drain(self, sender) -> None:
+        """Abort everything in flight; answer (FINAL) once every request has had its last response."""
+        self.draining.set()
+        with self.lock:
+            request_ids = list(self.active)
+        logger.info("dsa_llm: draining, ending %d requests in flight", len(request_ids))
+        for request_id in request_ids:
+            self.runner.abort(request_id)
+
+        def answer_when_idle():
+            deadline = time.monotonic() + self.shutdown_timeout_s
+            while self.active and time.monotonic() < deadline:
+                time.sleep(0.02)
+            sender.send(flags=FINAL)
+
+        threading.Thread(target=answer_when_idle, name="dsa_llm-drain", daemon=True).start()
 
     def _send_loop(self) -> None:
         # Runs detokenization and IPC off the engine thread, in the order the engine produced.

@@ -1,0 +1,27 @@
+"""A KV pool too small for the offered load: every request still completes, with the right text."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from dsa_backend import LLM, SamplingParams
+from dsa_client.grpc_stream import generate
+
+from .conftest import ENGINE, engine_kwargs
+
+# 8 pages of 16 tokens: each request below needs up to 3 pages, and 12 of them come at once.
+SERVER_SETTINGS = {"page_size": "16", "num_kv_pages": "8", "max_model_len": "128"}
+
+
+def test_overloaded_pool_queues_or_retracts_but_loses_nothing(served, checkpoint, metric):
+    prompts = [f"Item {i}: the pool is small, so wait your turn please" for i in range(12)]
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        served_out = list(pool.map(lambda p: generate(
+            served.grpc_url, p, 24, temperature=0.0, exclude_input_in_output=True, timeout_s=300), prompts))
+    # The reference runs one request at a time with a roomy pool.
+    llm = LLM(checkpoint("glm_moe_dsa"), **engine_kwargs(ENGINE))
+    alone = [llm.generate(p, SamplingParams(max_tokens=24, temperature=0))[0].text for p in prompts]
+    assert [c.error for c in served_out] == [None] * len(prompts)
+    assert [c.text for c in served_out] == alone
+    assert all(c.num_output_tokens == 24 and c.finish_reason == "length" for c in served_out)
+    assert metric("dsa_requests_total", finish_reason="length") == len(prompts)
