@@ -23,3 +23,22 @@ checkpoint: install
 
 clean:
 	rm -rf $(VENV) checkpoints *.egg-info
+
+# --- serving (docs/SERVING.md) ---
+MODEL ?= $(CKPT)
+.PHONY: install-server serve demo
+
+# The NGC image's /opt/tritonserver when present; else the server bundled in the nvidia-pytriton
+# wheel, --no-deps because its own dependencies pin numpy < 2 (the stub gets its own numpy).
+install-server: install
+	test -x /opt/tritonserver/bin/tritonserver || $(PY) -m pip install -q --no-deps nvidia-pytriton==0.7.0
+	$(PY) -m dsa_backend.serving.install
+
+# the serving tests start real servers
+test: install-server
+
+serve: install-server
+	$(PY) -m dsa_backend.serving.serve --model $(MODEL)
+
+demo: install-server checkpoint
+	$(PY) -m dsa_backend.serving.demo --model $(CKPT)

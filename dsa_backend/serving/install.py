@@ -89,8 +89,9 @@ def _build_stub_env() -> None:
     site = STUB_ENV / "lib" / f"python{_PYVER}" / "site-packages"
     if not (STUB_ENV / "bin" / "python3").exists():
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(STUB_ENV)], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--upgrade",
-                    "--target", str(site), "numpy<2"], check=True)
+    if not list(site.glob("numpy-1.*.dist-info")):
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--upgrade",
+                        "--target", str(site), "numpy<2"], check=True)
     # Lines of a .pth file that start with `import` run at start-up; addsitedir also processes
     # this venv's own .pth files (the editable install of dsa_backend among them).
     project_site = sysconfig.get_path("purelib")
