@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"model repository parameter; known: {', '.join(sorted(DEFAULTS))}")
     parser.add_argument("--repository", default="runs/serve/model_repository",
                         help="where the filled model repository is written")
+    parser.add_argument("--address", default="127.0.0.1", help="0.0.0.0 to listen on every interface")
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     repository = fill(args.model, args.repository, parse_sets(args.set))
     server = TritonServer(repository, Ports(args.http_port, args.grpc_port, args.metrics_port),
                           log_file=Path(args.repository).parent / "tritonserver.log",
-                          exit_timeout_s=args.exit_timeout_s)
+                          exit_timeout_s=args.exit_timeout_s, address=args.address)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
                     args.model, server.grpc_url, args.http_port, server.metrics_url, server.log_file)
         while not stop.wait(1.0):
             if server.process.poll() is not None:
-                raise SystemExit(f"tritonserver exited with {server.process.returncode}:\n{server.log_tail()}")
+                raise SystemExit(f"tritonserver exited with {server.process.returncode}:\n{server.log_errors()}")
         logger.info("stopping")
 
 

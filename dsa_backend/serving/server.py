@@ -48,13 +48,15 @@ class TritonServer:
     """One tritonserver process; use as a context manager or call start() and stop()."""
 
     def __init__(self, repository: str | Path, ports: Ports | None = None, log_file: str | Path | None = None,
-                 exit_timeout_s: int = 10, install: ServerInstall | None = None, extra_args: tuple = ()):
+                 exit_timeout_s: int = 10, install: ServerInstall | None = None, extra_args: tuple = (),
+                 address: str = "127.0.0.1"):
         self.repository = Path(repository)
         self.ports = ports or Ports.free()
         self.log_file = Path(log_file) if log_file else self.repository.parent / "tritonserver.log"
         self.exit_timeout_s = exit_timeout_s
         self.install = install or find_server()
         self.extra_args = tuple(extra_args)
+        self.address = address            # where the endpoints listen; clients here use loopback
         self.process: subprocess.Popen | None = None
 
     @property
@@ -68,7 +70,8 @@ class TritonServer:
     def start(self, ready_timeout_s: float = 300) -> "TritonServer":
         cmd = [str(self.install.binary), f"--model-repository={self.repository}",
                f"--backend-directory={self.install.backend_dir}",
-               "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
+               f"--http-address={self.address}", f"--grpc-address={self.address}",
+               f"--metrics-address={self.address}",
                f"--http-port={self.ports.http}", f"--grpc-port={self.ports.grpc}",
                f"--metrics-port={self.ports.metrics}", f"--exit-timeout-secs={self.exit_timeout_s}",
                *self.extra_args]
@@ -94,7 +97,7 @@ class TritonServer:
         url = f"http://127.0.0.1:{self.ports.http}/v2/health/ready"
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"tritonserver exited with {self.process.returncode}:\n{self.log_tail()}")
+                raise RuntimeError(f"tritonserver exited with {self.process.returncode}:\n{self.log_errors()}")
             try:
                 with urllib.request.urlopen(url, timeout=2) as r:
                     if r.status == 200:
@@ -102,7 +105,7 @@ class TritonServer:
             except OSError:
                 pass
             time.sleep(0.25)
-        raise TimeoutError(f"tritonserver not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
+        raise TimeoutError(f"tritonserver not ready after {timeout_s:.0f} s:\n{self.log_errors()}")
 
     def stop(self, timeout_s: float | None = None) -> int | None:
         """Ask the server to exit; SIGKILL its process group after the deadline. Returns its exit code."""
@@ -155,11 +158,14 @@ class TritonServer:
             client.stop_stream()
             client.close()
 
-    def log_tail(self, chars: int = 4000) -> str:
+    def log_errors(self, max_lines: int = 20) -> str:
+        """The server log's error lines (model load failures name the model) and its last lines."""
         try:
-            return self.log_file.read_text(errors="replace")[-chars:]
+            lines = self.log_file.read_text(errors="replace").splitlines()
         except OSError:
             return ""
+        errors = [line for line in lines if line.startswith("E") or "Traceback" in line]
+        return "\n".join([*errors[-max_lines:], "...", *lines[-3:]])
 
     def __enter__(self) -> "TritonServer":
         return self.start() if self.process is None else self

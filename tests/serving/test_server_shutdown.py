@@ -31,7 +31,7 @@ def test_shutdown_ends_in_flight_requests_with_a_final_response(served):
     for t in threads:
         t.join(30)
     assert took < 30, took
-    assert code == 0, served.log_tail()
+    assert code == 0, served.log_errors()
     assert sorted(results) == [0, 1, 2, 3]
     for c in results.values():
         assert c.final and c.error is None, c.error

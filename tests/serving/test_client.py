@@ -1,0 +1,50 @@
+"""dsa_client's pure parts: workload, statistics, perf_analyzer inputs, input tensors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dsa_client.grpc_stream import Completion, build_inputs
+from dsa_client.perf_inputs import write_perf_analyzer_data
+from dsa_client.stats import inter_token_latencies, summarize
+from dsa_client.workload import make_requests
+
+
+def test_fixed_lengths_are_exact_and_sampled_ones_vary_reproducibly():
+    fixed = make_requests(5, 20, 7)
+    assert all(len(r.prompt.split()) == 20 and r.max_tokens == 7 for r in fixed)
+    sampled = make_requests(50, 20, 7, input_std=5, output_std=2, seed=3)
+    assert len({len(r.prompt.split()) for r in sampled}) > 3
+    assert sampled == make_requests(50, 20, 7, input_std=5, output_std=2, seed=3)
+    assert min(r.max_tokens for r in sampled) >= 1
+
+
+def test_summary_percentiles_and_throughput():
+    c = Completion(deltas=["", "a", "b", "c"], times=[0.1, 0.2, 0.3, 0.5], num_input_tokens=4,
+                   num_output_tokens=3, final=True)
+    assert inter_token_latencies(c) == pytest.approx([0.1, 0.2])
+    s = summarize([c, Completion(error="boom", final=True)], wall_s=2.0)
+    assert s["errors"] == 1 and s["requests"] == 2
+    assert s["output_tokens_per_s"] == pytest.approx(1.5)
+    assert s["ttft_s"]["p50"] == pytest.approx(0.2)
+    assert s["e2e_s"]["p99"] == pytest.approx(0.5)
+
+
+def test_perf_analyzer_input_data_uses_the_ensemble_tensor_names(tmp_path):
+    path = write_perf_analyzer_data(tmp_path / "inputs.json", make_requests(2, 8, 16))
+    data = json.loads(path.read_text())["data"]
+    assert len(data) == 2
+    assert set(data[0]) == {"text_input", "max_tokens", "min_tokens", "temperature", "stream",
+                            "exclude_input_in_output"}
+    assert data[0]["max_tokens"] == [16] and isinstance(data[0]["text_input"][0], str)
+
+
+def test_input_tensors_have_batch_dimension_and_triton_dtypes():
+    inputs = {t.name(): t for t in build_inputs("hi", 8, temperature=0.5, seed=3, stop_words=["a", "b"],
+                                                stream=True, top_k=None)}
+    assert set(inputs) == {"text_input", "max_tokens", "temperature", "seed", "stop_words", "stream"}
+    assert inputs["max_tokens"].datatype() == "INT32" and inputs["max_tokens"].shape() == [1, 1]
+    assert inputs["seed"].datatype() == "UINT64" and inputs["stream"].datatype() == "BOOL"
+    assert inputs["stop_words"].shape() == [1, 2]

@@ -1,0 +1,53 @@
+"""dsa_backend.serving.fill_template: the model repository filled for one checkpoint."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from dsa_backend.serving.fill_template import MODELS, TEMPLATE_REPOSITORY, fill, main, parse_sets
+
+
+def test_every_placeholder_is_filled(tokenizer_dir, tmp_path):
+    out = fill(tokenizer_dir, tmp_path / "repo", {"page_size": "32", "num_kv_pages": "100"})
+    for name in MODELS:
+        config = (out / name / "config.pbtxt").read_text()
+        assert "${" not in config, name
+    llm = (out / "dsa_llm" / "config.pbtxt").read_text()
+    assert f'string_value: "{tokenizer_dir.resolve()}"' in llm
+    assert re.search(r'key: "page_size" value: \{ string_value: "32" \}', llm)
+    assert (out / "dsa_llm" / "1" / "model.py").is_file()
+
+
+def test_instance_kind_auto_is_cpu_without_a_gpu(tokenizer_dir, tmp_path):
+    import torch
+
+    llm = (fill(tokenizer_dir, tmp_path) / "dsa_llm" / "config.pbtxt").read_text()
+    assert ("kind: KIND_GPU" if torch.cuda.is_available() else "kind: KIND_CPU") in llm
+
+
+def test_the_templates_hold_only_known_placeholders():
+    from dsa_backend.serving.fill_template import DEFAULTS
+
+    found = set()
+    for name in MODELS:
+        found |= set(re.findall(r"\$\{(\w+)\}", (TEMPLATE_REPOSITORY / name / "config.pbtxt").read_text()))
+    assert found == set(DEFAULTS) | {"model_dir"}
+
+
+def test_unknown_parameter_is_refused(tokenizer_dir, tmp_path):
+    with pytest.raises(ValueError, match="unknown template parameters"):
+        fill(tokenizer_dir, tmp_path, {"pagesize": "32"})
+
+
+def test_a_directory_without_tokenizer_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="not a checkpoint directory"):
+        fill(tmp_path, tmp_path / "repo")
+
+
+def test_command_line_sets(tokenizer_dir, tmp_path, capsys):
+    assert parse_sets(["a=1", "b = two"]) == {"a": "1", "b": "two"}
+    with pytest.raises(SystemExit):
+        main(["--model", str(tokenizer_dir), "--out", str(tmp_path), "--set", "page_size"])
+    assert "key=value" in capsys.readouterr().err
