@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import triton_python_backend_utils as pb_utils
 
 from dsa_backend.serving.response_stream import Reply
@@ -34,8 +36,9 @@ class ServerMetrics:
             family("dsa_requests_waiting", "Requests queued or retracted", gauge),
             family("dsa_kv_pages_used", "KV cache pages in use", gauge),
             family("dsa_kv_pages_free", "KV cache pages free", gauge),
+            family("dsa_retractions_total", "Requests preempted for KV pages (recomputed later)", counter),
         ]
-        (requests, prompt, generation, ttft, itl, running, waiting, used, free) = self._families
+        (requests, prompt, generation, ttft, itl, running, waiting, used, free, retractions) = self._families
         self._labels = labels
         self._requests_family = requests
         self._requests: dict[str, object] = {}
@@ -47,6 +50,9 @@ class ServerMetrics:
         self.waiting = waiting.Metric(labels=labels)
         self.pages_used = {p: used.Metric(labels={**labels, "pool": p}) for p in POOLS}
         self.pages_free = {p: free.Metric(labels={**labels, "pool": p}) for p in POOLS}
+        self.retractions = retractions.Metric(labels=labels)
+        self._retractions_seen = 0
+        self._stats_lock = threading.Lock()
 
     def request_admitted(self, prompt_tokens: int) -> None:
         self.prompt_tokens.increment(prompt_tokens)
@@ -69,8 +75,17 @@ class ServerMetrics:
         self._requests[reason].increment(1)
 
     def engine_stats(self, stats: dict) -> None:
+        with self._stats_lock:          # the watcher and sender threads both refresh
+            self._engine_stats(stats)
+
+    def _engine_stats(self, stats: dict) -> None:
         self.running.set(stats["running"])
         self.waiting.set(stats["waiting"])
         for pool in POOLS:
             self.pages_used[pool].set(stats["kv_pages_total"] - stats["kv_pages_free"])
             self.pages_free[pool].set(stats["kv_pages_free"])
+        # The engine counts retractions since start; the counter takes the increase.
+        seen = stats.get("retractions", 0)
+        if seen > self._retractions_seen:
+            self.retractions.increment(seen - self._retractions_seen)
+            self._retractions_seen = seen
