@@ -59,20 +59,20 @@ def offline_llm(checkpoint, served):
     return LLM(checkpoint("glm_moe_dsa"), **engine_kwargs(served.settings))
 
 
-def read_metric(server, name: str, **labels: str) -> float:
-    """The value of one Prometheus sample on the server's metrics port (0 when absent)."""
+def read_metric(server, name: str, **labels: str) -> float | None:
+    """The sum of the matching Prometheus samples on the server's metrics port; None if none match."""
     import re
     import urllib.request
 
     text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
-    total = 0.0
+    total = None
     for line in text.splitlines():
         m = re.match(r"^(\w+)(?:\{(.*)\})? (\S+)$", line)
         if not m or m.group(1) != name:
             continue
         found = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
         if all(found.get(k) == v for k, v in labels.items()):
-            total += float(m.group(3))
+            total = (total or 0.0) + float(m.group(3))
     return total
 
 

@@ -25,4 +25,4 @@ def test_overloaded_pool_queues_or_retracts_but_loses_nothing(served, checkpoint
     assert [c.text for c in served_out] == alone
     assert all(c.num_output_tokens == 24 and c.finish_reason == "length" for c in served_out)
     assert metric("dsa_requests_total", finish_reason="length") == len(prompts)
-    assert metric("dsa_retractions_total") >= 0      # exported (how many depends on the scheduler)
+    assert metric("dsa_retractions_total") is not None     # how many depends on the scheduler
