@@ -1,0 +1,73 @@
+"""dsa_backend.serving.response_stream: engine outputs -> dsa_llm replies."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dsa_backend.detokenizer import TextWindow, window_text
+from dsa_backend.engine import RequestOutput
+from dsa_backend.sampling_params import SamplingParams
+from dsa_backend.serving.request_params import LLMRequest
+from dsa_backend.serving.response_stream import ResponseStream
+
+
+def outputs(tokenizer, text, prompt_len=3, reason="length"):
+    ids = tokenizer.encode(text)
+    return [RequestOutput("r", [t], None, None, i == len(ids) - 1, reason if i == len(ids) - 1 else None,
+                          prompt_len, i + 1) for i, t in enumerate(ids)]
+
+
+def reply_text(tokenizer, reply):
+    o = reply.outputs
+    window = TextWindow(o["token_window"].tolist(), int(o["text_start"][0]), int(o["text_end"][0]))
+    return window_text(tokenizer, window)
+
+
+def run(tokenizer, request, outs):
+    stream = ResponseStream("r", request, tokenizer, arrival=0.0)
+    return [r for i, out in enumerate(outs) if (r := stream.on_output(out, now=0.1 * (i + 1)))]
+
+
+def test_streaming_sends_one_reply_per_step_and_the_last_is_final(tokenizer):
+    text = "Hello 世界 🎉"
+    request = LLMRequest([5, 6, 7], SamplingParams(max_tokens=16), stream=True)
+    replies = run(tokenizer, request, outputs(tokenizer, text))
+    assert "".join(reply_text(tokenizer, r) for r in replies) == text
+    assert [r.final for r in replies] == [False] * (len(replies) - 1) + [True]
+    assert replies[-1].outputs["finish_reason"][0] == b"length"
+    assert replies[-1].outputs["request_id"][0] == b"r"
+    assert replies[0].ttft_s == 0.1 and replies[1].itl_s == 0.1
+
+
+def test_non_streaming_sends_one_reply_with_the_prompt_unless_excluded(tokenizer):
+    prompt = tokenizer.encode("Question:")
+    for exclude, expected in ((True, " answer 世界"), (False, "Question: answer 世界")):
+        request = LLMRequest(prompt, SamplingParams(max_tokens=16), exclude_input_in_output=exclude)
+        replies = [r for r in run(tokenizer, request, outputs(tokenizer, " answer 世界")) if r.outputs]
+        assert len(replies) == 1 and replies[0].final
+        assert reply_text(tokenizer, replies[0]) == expected
+
+
+def test_a_stop_string_ends_the_reply_early(tokenizer):
+    request = LLMRequest([5], SamplingParams(max_tokens=16, stop=("STOP",)), stream=True)
+    stream = ResponseStream("r", request, tokenizer, arrival=0.0)
+    replies = [stream.on_output(out, 1.0) for out in outputs(tokenizer, "go go STOP more words")]
+    final = [i for i, r in enumerate(replies) if r and r.final][0]
+    assert stream.stopped_by_string
+    assert all(r is None for r in replies[final + 1:])
+    assert replies[final].outputs["finish_reason"][0] == b"stop"
+    assert "".join(reply_text(tokenizer, r) for r in replies[:final + 1]) == "go go "
+
+
+def test_an_engine_error_becomes_a_final_error_reply(tokenizer):
+    stream = ResponseStream("r", LLMRequest([5], SamplingParams(max_tokens=4)), tokenizer, arrival=0.0)
+    reply = stream.on_output(RequestOutput("r", [], None, None, True, "error", 1, 0, error="boom"), 1.0)
+    assert reply.final and reply.error == "boom" and reply.outputs is None
+
+
+def test_log_probs_are_sent_only_when_asked(tokenizer):
+    request = LLMRequest([5], SamplingParams(max_tokens=2, logprobs=True), stream=True)
+    out = RequestOutput("r", [100], [-0.5], -0.5, True, "length", 1, 1)
+    reply = ResponseStream("r", request, tokenizer, arrival=0.0).on_output(out, 1.0)
+    assert np.allclose(reply.outputs["output_log_probs"], [-0.5])
+    assert np.allclose(reply.outputs["cum_log_probs"], [-0.5])
