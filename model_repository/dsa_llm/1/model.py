@@ -23,7 +23,7 @@ from dsa_backend.serving.response_stream import ResponseStream
 
 logger = logging.getLogger("dsa_llm")
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-_WATCH_INTERVAL_S = 0.05
+_WATCH_INTERVAL_S = 0.1
 
 
 class _Active:
