@@ -18,7 +18,8 @@ logger = logging.getLogger(__name__)
 
 TEMPLATE_REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 MODELS = ("dsa", "preprocessing", "dsa_llm", "postprocessing")
-# Every placeholder and its default; model_dir has none.
+# Every placeholder users set, and its default; model_dir comes from --model, and
+# postprocessing_batching follows from postprocessing_instance_count.
 DEFAULTS = {
     "instance_kind": "auto",               # auto: KIND_GPU when this machine has a GPU, else KIND_CPU
     "device": "auto",
@@ -48,6 +49,7 @@ def fill(model_dir: str | Path, out: str | Path, values: dict[str, str] | None =
     filled = {**DEFAULTS, **(values or {}), "model_dir": str(model_dir)}
     if filled["instance_kind"] == "auto":
         filled["instance_kind"] = "KIND_GPU" if _has_gpu() else "KIND_CPU"
+    filled["postprocessing_batching"] = _postprocessing_batching(filled["postprocessing_instance_count"])
     if filled["instance_kind"] not in ("KIND_GPU", "KIND_CPU", "KIND_MODEL"):
         raise ValueError(f"instance_kind must be auto, KIND_GPU, KIND_CPU or KIND_MODEL, "
                          f"got {filled['instance_kind']!r}")
@@ -62,6 +64,18 @@ def fill(model_dir: str | Path, out: str | Path, values: dict[str, str] | None =
         config.write_text(_PLACEHOLDER.sub(lambda m: filled[m.group(1)], config.read_text("utf-8")), "utf-8")
     logger.info("filled %s for %s into %s", ", ".join(models), model_dir, out)
     return out
+
+
+def _postprocessing_batching(count: str) -> str:
+    # Triton 2.51 ensembles forward deltas in the order postprocessing instances finish them.
+    if not count.isdigit() or int(count) < 1:
+        raise ValueError(f"postprocessing_instance_count must be a positive integer, got {count!r}")
+    if int(count) == 1:
+        return ""
+    logger.warning("postprocessing_instance_count=%s: deltas stay ordered through dynamic batching, but "
+                   "client cancellation no longer reaches the engine (the batcher drops cancelled "
+                   "requests before postprocessing can pass them on)", count)
+    return "dynamic_batching { preserve_ordering: true }"
 
 
 def _has_gpu() -> bool:

@@ -33,7 +33,15 @@ def test_the_templates_hold_only_known_placeholders():
     found = set()
     for name in MODELS:
         found |= set(re.findall(r"\$\{(\w+)\}", (TEMPLATE_REPOSITORY / name / "config.pbtxt").read_text()))
-    assert found == set(DEFAULTS) | {"model_dir"}
+    assert found == set(DEFAULTS) | {"model_dir", "postprocessing_batching"}
+
+
+def test_several_postprocessing_instances_keep_deltas_in_order(tokenizer_dir, tmp_path):
+    one = (fill(tokenizer_dir, tmp_path / "one") / "postprocessing" / "config.pbtxt").read_text()
+    two = (fill(tokenizer_dir, tmp_path / "two", {"postprocessing_instance_count": "2"})
+           / "postprocessing" / "config.pbtxt").read_text()
+    assert not any(line.startswith("dynamic_batching") for line in one.splitlines())
+    assert "dynamic_batching { preserve_ordering: true }" in two
 
 
 def test_unknown_parameter_is_refused(tokenizer_dir, tmp_path):

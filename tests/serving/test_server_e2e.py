@@ -13,9 +13,6 @@ import tritonclient.grpc as grpcclient
 from dsa_backend import SamplingParams
 from dsa_client.grpc_stream import build_inputs, generate
 
-# Two postprocessing instances: the streamed text must not depend on which one decodes a delta.
-SERVER_SETTINGS = {"postprocessing_instance_count": "2"}
-
 PROMPTS = {
     "english": "The quick brown fox jumps over the lazy dog.",
     "chinese": "深度求索的稀疏注意力：你好，世界！",

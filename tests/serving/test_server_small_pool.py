@@ -10,7 +10,9 @@ from dsa_client.grpc_stream import generate
 from .conftest import ENGINE, engine_kwargs
 
 # 8 pages of 16 tokens: each request below needs up to 3 pages, and 12 of them come at once.
-SERVER_SETTINGS = {"page_size": "16", "num_kv_pages": "8", "max_model_len": "128"}
+# Two postprocessing instances: the streamed text must not depend on which one decodes a delta.
+SERVER_SETTINGS = {"page_size": "16", "num_kv_pages": "8", "max_model_len": "128",
+                   "postprocessing_instance_count": "2"}
 
 
 def test_overloaded_pool_queues_or_retracts_but_loses_nothing(served, checkpoint, metric):
