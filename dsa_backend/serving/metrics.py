@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import triton_python_backend_utils as pb_utils
 
 from dsa_backend.serving.response_stream import Reply
@@ -52,7 +50,6 @@ class ServerMetrics:
         self.pages_free = {p: free.Metric(labels={**labels, "pool": p}) for p in POOLS}
         self.retractions = retractions.Metric(labels=labels)
         self._retractions_seen = 0
-        self._stats_lock = threading.Lock()
 
     def request_admitted(self, prompt_tokens: int) -> None:
         self.prompt_tokens.increment(prompt_tokens)
@@ -75,10 +72,6 @@ class ServerMetrics:
         self._requests[reason].increment(1)
 
     def engine_stats(self, stats: dict) -> None:
-        with self._stats_lock:          # the watcher and sender threads both refresh
-            self._engine_stats(stats)
-
-    def _engine_stats(self, stats: dict) -> None:
         self.running.set(stats["running"])
         self.waiting.set(stats["waiting"])
         for pool in POOLS:

@@ -1,8 +1,10 @@
 """dsa_llm: a decoupled python model that owns one dsa_backend engine.
 
 execute() only parses each request and hands it to the engine thread; responses are sent from
-one sender thread as the engine produces tokens, the last one with the FINAL flag. A watcher
-thread aborts cancelled requests in the engine and refreshes the engine gauges.
+one sender thread as the engine produces tokens, the last one with the FINAL flag. Between
+outputs the same thread polls for cancelled requests (aborting them in the engine) and refreshes
+the engine gauges: a response sender must only be used by the thread that sends its FINAL
+response, since asking a finished one is_cancelled() crashes the 2.51 server.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import uuid
 
 import triton_python_backend_utils as pb_utils
 
-from dsa_backend.engine import EngineArgs, EngineRunner
+from dsa_backend.engine import EngineArgs, EngineRunner, RequestOutput
 from dsa_backend.serving import triton_io
 from dsa_backend.serving.metrics import ServerMetrics
 from dsa_backend.serving.request_params import parse_request
@@ -23,7 +25,7 @@ from dsa_backend.serving.response_stream import ResponseStream
 
 logger = logging.getLogger("dsa_llm")
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-_WATCH_INTERVAL_S = 0.1
+_POLL_INTERVAL_S = 0.1
 
 
 class _Active:
@@ -60,12 +62,9 @@ class TritonPythonModel:
         self.active: dict[str, _Active] = {}
         self.lock = threading.Lock()
         self.outputs: queue.Queue = queue.Queue()
-        self.stopping = threading.Event()
         self.draining = threading.Event()
         self.sender_thread = threading.Thread(target=self._send_loop, name="dsa_llm-sender", daemon=True)
-        self.watch_thread = threading.Thread(target=self._watch_loop, name="dsa_llm-watch", daemon=True)
         self.sender_thread.start()
-        self.watch_thread.start()
 
     def execute(self, requests):
         for request in requests:
@@ -99,10 +98,13 @@ class TritonPythonModel:
         try:
             self.runner.submit(request_id, parsed.prompt_token_ids, parsed.params,
                                lambda out: self.outputs.put((request_id, out, time.monotonic())))
-        except BaseException:
-            with self.lock:
-                self.active.pop(request_id, None)
-            raise
+        except Exception as e:
+            # The sender thread owns this sender from now on, so it sends the error too.
+            message = str(e) if isinstance(e, ValueError) else f"internal error: {type(e).__name__}: {e}"
+            failed = RequestOutput(request_id, [], None, None, True, "error", len(parsed.prompt_token_ids), 0,
+                                   error=message)
+            self.outputs.put((request_id, failed, time.monotonic()))
+            return
         self.metrics.request_admitted(len(parsed.prompt_token_ids))
 
     def _abort_for_peer(self, request_id: str) -> None:
@@ -133,20 +135,30 @@ class TritonPythonModel:
 
     def _send_loop(self) -> None:
         # Runs detokenization and IPC off the engine thread, in the order the engine produced.
+        next_poll = time.monotonic()
         while True:
-            item = self.outputs.get()
+            try:
+                item = self.outputs.get(timeout=max(next_poll - time.monotonic(), 0.0))
+            except queue.Empty:
+                item = ()
             if item is None:
                 return
-            request_id, out, now = item
-            with self.lock:
-                active = self.active.get(request_id)
-            if active is None:
-                continue
-            try:
-                self._send_reply(request_id, active, out, now)
-            except Exception:
-                logger.exception("dsa_llm: sending a response for %s failed", request_id)
-                self._finish(request_id, active, None, "error")
+            if item:
+                self._handle_output(*item)
+            if time.monotonic() >= next_poll:
+                self._poll()
+                next_poll = time.monotonic() + _POLL_INTERVAL_S
+
+    def _handle_output(self, request_id: str, out, now: float) -> None:
+        with self.lock:
+            active = self.active.get(request_id)
+        if active is None:
+            return
+        try:
+            self._send_reply(request_id, active, out, now)
+        except Exception:
+            logger.exception("dsa_llm: sending a response for %s failed", request_id)
+            self._finish(request_id, active, None, "error")
 
     def _send_reply(self, request_id: str, active: _Active, out, now: float) -> None:
         reply = active.stream.on_output(out, now)
@@ -188,19 +200,18 @@ class TritonPythonModel:
         except Exception:
             logger.warning("dsa_llm: final response for %s could not be sent", request_id, exc_info=True)
 
-    def _watch_loop(self) -> None:
-        while not self.stopping.wait(_WATCH_INTERVAL_S):
-            with self.lock:
-                items = list(self.active.items())
-            for request_id, active in items:
-                if not active.cancelled and active.sender.is_cancelled():
-                    active.cancelled = True
-                    logger.info("dsa_llm: %s cancelled by the client", request_id)
-                    self.runner.abort(request_id)
-            try:
-                self.metrics.engine_stats(self.runner.stats())
-            except Exception:
-                logger.warning("dsa_llm: reading engine stats failed", exc_info=True)
+    def _poll(self) -> None:
+        with self.lock:
+            items = list(self.active.items())
+        for request_id, active in items:
+            if not active.cancelled and active.sender.is_cancelled():
+                active.cancelled = True
+                logger.info("dsa_llm: %s cancelled by the client", request_id)
+                self.runner.abort(request_id)
+        try:
+            self.metrics.engine_stats(self.runner.stats())
+        except Exception:
+            logger.warning("dsa_llm: reading engine stats failed", exc_info=True)
 
     def _send_error(self, sender, message: str) -> None:
         self.metrics.request_finished("error")
@@ -214,10 +225,8 @@ class TritonPythonModel:
         # turns into final responses before it stops.
         logger.info("dsa_llm: shutting down with %d requests in flight", len(self.active))
         self.runner.shutdown(self.shutdown_timeout_s)
-        self.stopping.set()
         self.outputs.put(None)
         self.sender_thread.join(self.shutdown_timeout_s)
-        self.watch_thread.join(self.shutdown_timeout_s)
         with self.lock:
             leftovers = list(self.active.items())
         for request_id, active in leftovers:
