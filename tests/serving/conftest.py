@@ -8,6 +8,8 @@ import pytest
 
 from dsa_backend.tokenizer import Tokenizer
 
+from .servers import ENGINE, engine_kwargs, read_metric
+
 
 @pytest.fixture(scope="session")
 def tokenizer_dir() -> Path:
@@ -20,16 +22,6 @@ def tokenizer_dir() -> Path:
 @pytest.fixture(scope="session")
 def tokenizer(tokenizer_dir) -> Tokenizer:
     return Tokenizer(tokenizer_dir)
-
-
-# Engine settings shared by the served model and the offline LLM that checks its text.
-ENGINE = {"page_size": "16", "num_kv_pages": "64", "max_model_len": "512", "max_running_requests": "64"}
-
-
-def engine_kwargs(settings: dict[str, str]) -> dict:
-    return {"device": "cpu", "page_size": int(settings["page_size"]),
-            "num_kv_pages": int(settings["num_kv_pages"]), "max_model_len": int(settings["max_model_len"]),
-            "max_running_requests": int(settings["max_running_requests"])}
 
 
 @pytest.fixture(scope="module")
@@ -57,23 +49,6 @@ def offline_llm(checkpoint, served):
     from dsa_backend import LLM
 
     return LLM(checkpoint("glm_moe_dsa"), **engine_kwargs(served.settings))
-
-
-def read_metric(server, name: str, **labels: str) -> float | None:
-    """The sum of the matching Prometheus samples on the server's metrics port; None if none match."""
-    import re
-    import urllib.request
-
-    text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
-    total = None
-    for line in text.splitlines():
-        m = re.match(r"^(\w+)(?:\{(.*)\})? (\S+)$", line)
-        if not m or m.group(1) != name:
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
-        if all(found.get(k) == v for k, v in labels.items()):
-            total = (total or 0.0) + float(m.group(3))
-    return total
 
 
 @pytest.fixture

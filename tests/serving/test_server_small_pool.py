@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dsa_backend import LLM, SamplingParams
 from dsa_client.grpc_stream import generate
 
-from .conftest import ENGINE, engine_kwargs
+from .servers import ENGINE, engine_kwargs
 
 # 8 pages of 16 tokens: each request below needs up to 3 pages, and 12 of them come at once.
 # Two postprocessing instances: the streamed text must not depend on which one decodes a delta.
