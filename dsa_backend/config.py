@@ -161,7 +161,7 @@ class ModelConfig:
         path = Path(model_dir) / "config.json"
         if not path.is_file():
             raise ConfigError(f"no config.json in {model_dir}")
-        raw = json.loads(path.read_text())
+        raw = json.loads(path.read_text(encoding="utf-8"))
         return cls.from_dict(_merge_with_transformers(model_dir, raw))
 
     @classmethod

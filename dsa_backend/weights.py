@@ -124,7 +124,7 @@ class SafetensorsCheckpoint:
         self.dir = Path(model_dir)
         index = self.dir / "model.safetensors.index.json"
         if index.is_file():
-            self.files = dict(json.loads(index.read_text())["weight_map"])
+            self.files = dict(json.loads(index.read_text(encoding="utf-8"))["weight_map"])
         elif (self.dir / "model.safetensors").is_file():
             with safe_open(self.dir / "model.safetensors", "pt") as f:
                 self.files = {name: "model.safetensors" for name in f.keys()}
