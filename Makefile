@@ -28,11 +28,15 @@ clean:
 MODEL ?= $(CKPT)
 .PHONY: install-server serve demo
 
-# The NGC image's /opt/tritonserver when present; else the server bundled in the nvidia-pytriton
-# wheel, --no-deps because its own dependencies pin numpy < 2 (the stub gets its own numpy).
+# $TRITONSERVER (and $TRITON_BACKEND_DIR) when set; else the NGC image's /opt/tritonserver when
+# present; else the server bundled in the nvidia-pytriton wheel, --no-deps because its own
+# dependencies pin numpy < 2 (the stub gets its own numpy). Without internet, STUB_WHEELS=DIR
+# (or $DSA_STUB_WHEELS) names a directory holding a numpy<2 wheel for the stub environment.
+STUB_WHEELS ?=
 install-server: install
-	test -x /opt/tritonserver/bin/tritonserver || $(PY) -m pip install -q --no-deps nvidia-pytriton==0.7.0
-	$(PY) -m dsa_backend.serving.install
+	test -n "$$TRITONSERVER" || test -x /opt/tritonserver/bin/tritonserver || \
+		$(PY) -m pip install -q --no-deps nvidia-pytriton==0.7.0
+	$(PY) -m dsa_backend.serving.install $(if $(STUB_WHEELS),--wheel-dir $(STUB_WHEELS))
 
 # the serving tests start real servers
 test: install-server

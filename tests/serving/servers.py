@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
+import os
 import re
 import urllib.request
 
-# Engine settings shared by the served model and the offline LLM that checks its text.
-ENGINE = {"page_size": "16", "num_kv_pages": "64", "max_model_len": "512", "max_running_requests": "64"}
+import torch
+
+# Engine settings shared by the served model and the offline LLM that checks its text. device and
+# dtype stay `auto` (fill_template's defaults), as a user's would: KIND_GPU, cuda and bfloat16 where
+# the tests run with a GPU, KIND_CPU, cpu and float32 elsewhere. DSA_SERVING_TEST_DTYPE overrides
+# the dtype of both (e.g. float32 on the GPU, to tell numerics from serving bugs).
+ENGINE = {"page_size": "16", "num_kv_pages": "64", "max_model_len": "512", "max_running_requests": "64",
+          "dtype": os.environ.get("DSA_SERVING_TEST_DTYPE", "auto")}
+
+
+def served_device(settings: dict[str, str]) -> str:
+    """Where the served engine runs: what dsa_llm resolves for the filled instance_kind and device."""
+    device = settings.get("device", "auto")
+    if device != "auto":
+        return device
+    kind = settings.get("instance_kind", "auto")
+    if kind == "auto":
+        kind = "KIND_GPU" if torch.cuda.is_available() else "KIND_CPU"     # as fill_template decides
+    # KIND_GPU: the instance's GPU (one instance, so GPU 0); KIND_MODEL: the engine's own auto.
+    return {"KIND_GPU": "cuda:0", "KIND_CPU": "cpu"}.get(kind, "cuda:0" if torch.cuda.is_available() else "cpu")
 
 
 def engine_kwargs(settings: dict[str, str]) -> dict:
-    return {"device": "cpu", "page_size": int(settings["page_size"]),
+    """The offline LLM's arguments for the same engine as the server's: same device, dtype and pools."""
+    return {"device": served_device(settings), "dtype": settings.get("dtype", "auto"),
+            "page_size": int(settings["page_size"]),
             "num_kv_pages": int(settings["num_kv_pages"]), "max_model_len": int(settings["max_model_len"]),
             "max_running_requests": int(settings["max_running_requests"])}
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import torch
 import tritonclient.grpc as grpcclient
 
 from dsa_backend import SamplingParams
@@ -25,6 +27,22 @@ def greedy(url, prompt, max_tokens=16, **kw):
     assert c.error is None, c.error
     assert c.final
     return c
+
+
+def test_engine_runs_where_the_offline_llm_runs(served, offline_llm):
+    # fill_template's auto: KIND_GPU, the instance's GPU and bfloat16 where there is a GPU; else
+    # KIND_CPU, the CPU and float32. The offline LLM that checks the text must match it.
+    found = re.findall(r"dsa_llm: engine ready on device (\S+), dtype (\w+) \(instance kind (\w+)\)",
+                       served.log_file.read_text(errors="replace"))
+    assert found, served.log_errors()
+    device, dtype, kind = found[-1]
+    assert (device, dtype) == (str(offline_llm.engine.device), str(offline_llm.engine.dtype).removeprefix("torch."))
+    if torch.cuda.is_available():
+        assert (kind, device) == ("GPU", "cuda:0")
+        assert served.settings["dtype"] != "auto" or dtype == "bfloat16"
+    else:
+        assert (kind, device) == ("CPU", "cpu")
+        assert served.settings["dtype"] != "auto" or dtype == "float32"
 
 
 @pytest.mark.parametrize("name", PROMPTS)

@@ -57,6 +57,9 @@ class TritonPythonModel:
             max_model_len=_optional_int(params.get("max_model_len")))
         logger.info("dsa_llm: starting the engine with %s", engine_args)
         self.runner = EngineRunner(engine_args)
+        # The tests (and operators) read this line to see where the engine really runs.
+        logger.info("dsa_llm: engine ready on device %s, dtype %s (instance kind %s)", self.runner.engine.device,
+                    str(self.runner.engine.dtype).removeprefix("torch."), args.get("model_instance_kind"))
         self.tokenizer = self.runner.tokenizer
         self.metrics = ServerMetrics(args["model_name"], args["model_version"])
         self.active: dict[str, _Active] = {}
