@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -60,15 +59,6 @@ def test_non_streamed_text_includes_the_prompt_unless_excluded(served):
     prompt = PROMPTS["english"]
     c = generate(served.grpc_url, prompt, 4, stream=False, temperature=0.0, timeout_s=120)
     assert c.text == prompt + greedy(served.grpc_url, prompt, 4).text
-
-
-def test_32_concurrent_streams_each_equal_their_solo_output(served):
-    prompts = [f"Request number {i}: tell me about item {i * 7}" for i in range(32)]
-    solo = [greedy(served.grpc_url, p, 8).text for p in prompts]
-    with ThreadPoolExecutor(32) as pool:
-        together = list(pool.map(lambda p: greedy(served.grpc_url, p, 8, stream=True), prompts))
-    assert [c.text for c in together] == solo
-    assert all(c.num_output_tokens == 8 for c in together)
 
 
 def test_stop_word_ends_the_text_before_it(served):

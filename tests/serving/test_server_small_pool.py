@@ -7,12 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dsa_backend import LLM, SamplingParams
 from dsa_client.grpc_stream import generate
 
-from .servers import ENGINE, engine_kwargs
+from .servers import BATCH_INVARIANT, ENGINE, engine_kwargs
 
 # 8 pages of 16 tokens: each request below needs up to 3 pages, and 12 of them come at once.
 # Two postprocessing instances: the streamed text must not depend on which one decodes a delta.
+# On a GPU it serves float32: its reference runs the prompts in another batch (servers.py).
 SERVER_SETTINGS = {"page_size": "16", "num_kv_pages": "8", "max_model_len": "128",
-                   "postprocessing_instance_count": "2"}
+                   "postprocessing_instance_count": "2", **BATCH_INVARIANT}
 
 
 def test_overloaded_pool_queues_or_retracts_but_loses_nothing(served, checkpoint, metric):
@@ -21,7 +22,7 @@ def test_overloaded_pool_queues_or_retracts_but_loses_nothing(served, checkpoint
         served_out = list(pool.map(lambda p: generate(
             served.grpc_url, p, 24, temperature=0.0, exclude_input_in_output=True, timeout_s=300), prompts))
     # The reference: the offline LLM with a roomy pool (greedy output is batch-invariant).
-    llm = LLM(checkpoint("glm_moe_dsa"), **engine_kwargs(ENGINE))
+    llm = LLM(checkpoint("glm_moe_dsa"), **engine_kwargs({**ENGINE, "dtype": served.settings["dtype"]}))
     alone = [out.text for out in llm.generate(prompts, SamplingParams(max_tokens=24, temperature=0))]
     assert [c.error for c in served_out] == [None] * len(prompts)
     assert [c.text for c in served_out] == alone
