@@ -61,8 +61,12 @@ class ForwardBatch:
     @classmethod
     def build(cls, mode: ForwardMode, input_ids: list[list[int]], prefix_lens: list[int],
               page_tables: list[list[int]], page_size: int, device: torch.device | str = "cpu",
-              all_logits: bool = False) -> "ForwardBatch":
-        """From per-request new token ids, cached-prefix lengths and page lists."""
+              all_logits: bool | list[bool] = False) -> "ForwardBatch":
+        """From per-request new token ids, cached-prefix lengths and page lists.
+
+        all_logits (one flag, or one per request): return logits for every new token of the
+        request (speculative verify) rather than only its last.
+        """
         extend = [len(ids) for ids in input_ids]
         if any(n == 0 for n in extend):
             raise ValueError("every request in a forward batch needs at least one new token")
@@ -78,7 +82,9 @@ class ForwardBatch:
         request_of_token = torch.repeat_interleave(torch.arange(len(extend)), torch.tensor(extend))
         pages_of_token = table.long()[request_of_token, positions // page_size]
         ends = torch.cumsum(torch.tensor(extend), 0)
-        rows = torch.arange(int(ends[-1])) if all_logits else ends - 1
+        flags = all_logits if isinstance(all_logits, list) else [all_logits] * len(extend)
+        rows = torch.cat([torch.arange(int(e) - n, int(e)) if every else torch.tensor([int(e) - 1])
+                          for e, n, every in zip(ends, extend, flags)])
         return cls(
             mode=mode,
             input_ids=torch.tensor([t for ids in input_ids for t in ids], dtype=torch.long, device=device),

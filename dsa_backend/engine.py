@@ -19,10 +19,15 @@ from dsa_backend.batch import ForwardBatch, ForwardMode
 from dsa_backend.cache import KVCache, pages_needed
 from dsa_backend.config import ModelConfig
 from dsa_backend.models import load_model
-from dsa_backend.sampling import SamplingBatch, SamplingRow, check_vocab, make_generator, sample
+from dsa_backend.models.model import ForwardOutput
+from dsa_backend.sampling import (SamplingBatch, SamplingRow, check_vocab, make_generator, process_logits,
+                                  sample, sampling_probs)
 from dsa_backend.sampling_params import SamplingParams
 from dsa_backend.scheduler import ScheduledChunk, Scheduler
 from dsa_backend.sequence import Sequence
+from dsa_backend.spec.acceptance import accept_drafts
+from dsa_backend.spec.config import SpecConfig
+from dsa_backend.spec.drafter import DraftInput, MtpDrafter
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +49,10 @@ class EngineArgs:
     max_num_batched_tokens: int = 2048   # token budget of one step (the prefill chunk size)
     max_model_len: int | None = None     # None: the checkpoint's max_position_embeddings
     seed: int = 0
+    speculative_algorithm: str | None = None  # "mtp" / "eagle": draft with the checkpoint's MTP layer
+    speculative_num_steps: int = 1
+    speculative_eagle_topk: int = 1
+    speculative_num_draft_tokens: int | None = None
 
     def resolved_device(self) -> torch.device:
         if self.device == "auto":
@@ -71,6 +80,8 @@ class RequestOutput:
     num_prompt_tokens: int
     num_output_tokens: int
     error: str | None = None
+    num_draft_tokens: int = 0            # speculative decoding, cumulative for the request
+    num_accepted_draft_tokens: int = 0
 
 
 class Engine:
@@ -91,10 +102,23 @@ class Engine:
         self.scheduler = Scheduler(self.cache.allocator, args.page_size, args.max_running_requests,
                                    args.max_num_batched_tokens)
         self.generator = torch.Generator(device=self.device).manual_seed(args.seed)
+        self.spec = self._spec_config(args)
+        self.drafter = (MtpDrafter(self.model, self.cache, self.spec, args.page_size, self.device)
+                        if self.spec else None)
         self.sequences: dict[str, Sequence] = {}
         self._arrivals = itertools.count()
         logger.info("engine ready: %s on %s/%s, %d KV pages of %d tokens", self.config.architecture,
                     self.device, self.dtype, num_pages, args.page_size)
+
+    def _spec_config(self, args: EngineArgs) -> SpecConfig | None:
+        if args.speculative_algorithm is None:
+            return None
+        spec = SpecConfig(args.speculative_algorithm, args.speculative_num_steps, args.speculative_eagle_topk,
+                          args.speculative_num_draft_tokens)
+        if self.config.num_nextn_predict_layers < 1:
+            raise ValueError(f"speculative_algorithm={spec.algorithm!r} drafts with the checkpoint's MTP layer, "
+                             "but its num_nextn_predict_layers is 0")
+        return spec
 
     def _pages_from_memory(self) -> int:
         if self.device.type != "cuda":
@@ -131,7 +155,8 @@ class Engine:
         if len(prompt_ids) + params.max_tokens > self.max_model_len:
             raise ValueError(f"max_tokens ({params.max_tokens}) plus the prompt ({len(prompt_ids)} tokens) "
                              f"exceeds the context limit max_model_len={self.max_model_len}")
-        worst = pages_needed(len(prompt_ids) + params.max_tokens, self.args.page_size)
+        lookahead = self.spec.num_steps if self.spec else 0  # draft tokens verified past the end
+        worst = pages_needed(len(prompt_ids) + params.max_tokens + lookahead, self.args.page_size)
         if worst > self.cache.allocator.num_pages:
             raise ValueError(f"prompt plus max_tokens needs {worst} KV pages; the pool has "
                              f"{self.cache.allocator.num_pages} in all")
@@ -142,7 +167,7 @@ class Engine:
         if seq is None:
             return None
         self.scheduler.finish(seq, "abort")
-        return self._output(seq, [], None)
+        return self._output(seq, [], [])
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
@@ -152,36 +177,99 @@ class Engine:
         if not chunks:
             return []
         batch = self._forward_batch(chunks)
-        logits = self.model(batch, self.cache).logits
+        out = self.model(batch, self.cache)
         for chunk in chunks:
             chunk.seq.num_computed += chunk.num_tokens
+        if self.spec is not None:
+            return self._speculative_step(chunks, batch, out)
         done = [i for i, chunk in enumerate(chunks) if chunk.completes]
         if not done:
             return []
         seqs = [chunks[i].seq for i in done]
         rows = [SamplingRow(s.params, s.prompt_ids, s.output_ids, s.generator) for s in seqs]
         sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device)
-        out = sample(logits[done], sampling, self.generator)
-        tokens = out.token_ids.tolist()
-        logprobs = out.logprobs.tolist() if out.logprobs is not None else [None] * len(seqs)
-        return [self._append(seq, token, logprob) for seq, token, logprob in zip(seqs, tokens, logprobs)]
+        sampled = sample(out.logits[done], sampling, self.generator)
+        tokens = sampled.token_ids.tolist()
+        logprobs = sampled.logprobs.tolist() if sampled.logprobs is not None else [None] * len(seqs)
+        return [self._append(seq, [token], [logprob]) for seq, token, logprob in zip(seqs, tokens, logprobs)]
+
+    def _speculative_step(self, chunks: list[ScheduledChunk], batch: ForwardBatch,
+                          out: ForwardOutput) -> list[RequestOutput]:
+        """Accept drafts against the target (a plain sample where there were none), then draft anew."""
+        rows, logit_rows, first_row, row = [], [], {}, 0
+        for i, chunk in enumerate(chunks):
+            n_rows = 1 + len(chunk.drafts) if chunk.drafts else 1
+            if chunk.completes:
+                first_row[i] = len(logit_rows)
+                seq = chunk.seq
+                for j in range(n_rows):
+                    # position j is judged as if drafts[:j] were already output (penalties, min_tokens)
+                    rows.append(SamplingRow(seq.params, seq.prompt_ids, seq.output_ids + list(chunk.drafts[:j]),
+                                            seq.generator))
+                    logit_rows.append(row + j)
+            row += n_rows
+        outputs, accepted = [], {}
+        if rows:
+            sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device)
+            processed = process_logits(out.logits[logit_rows], sampling)
+            probs, logprobs = sampling_probs(processed, sampling), processed.log_softmax(dim=-1)
+            for i, r in first_row.items():
+                chunk, seq = chunks[i], chunks[i].seq
+                k = len(chunk.drafts)
+                tokens = accept_drafts(probs[r:r + k + 1], list(chunk.drafts), seq.generator or self.generator)
+                accepted[i] = len(tokens) - 1
+                seq.num_computed += accepted[i]  # the accepted drafts' KV, written by verify, is kept
+                seq.num_draft_tokens += k
+                seq.num_accepted_draft_tokens += accepted[i]
+                token_logprobs = [float(logprobs[r + j, t]) for j, t in enumerate(tokens)]
+                outputs.append(self._append(seq, tokens, token_logprobs))
+        self._draft(chunks, batch, out, accepted, completed=set(first_row))
+        return outputs
+
+    def _draft(self, chunks: list[ScheduledChunk], batch: ForwardBatch, out: ForwardOutput,
+               accepted: dict[int, int], completed: set[int]) -> None:
+        offsets = batch.token_offsets
+        items = []
+        for i, chunk in enumerate(chunks):
+            seq = chunk.seq
+            seq.draft_ids = []
+            if seq.is_finished:
+                continue
+            # The MTP layer covers the positions whose KV the target kept, one token ahead.
+            span = 1 + accepted[i] if chunk.drafts else chunk.num_tokens
+            rows = slice(offsets[i], offsets[i] + span)
+            wants = i in completed and self.scheduler.reserve(seq, seq.num_computed + self.spec.num_steps)
+            items.append(DraftInput(seq, chunk.start, seq.token_ids(chunk.start + 1, chunk.start + span + 1),
+                                    out.hidden[rows], out.topk[rows], wants))
+        self.drafter.draft(items)
 
     def _forward_batch(self, chunks: list[ScheduledChunk]) -> ForwardBatch:
-        decode = all(c.num_tokens == 1 and c.start > 0 for c in chunks)
+        if all(c.drafts and c.num_tokens == 1 for c in chunks):
+            mode = ForwardMode.TARGET_VERIFY
+        elif all(c.num_tokens == 1 and c.start > 0 and not c.drafts for c in chunks):
+            mode = ForwardMode.DECODE
+        else:
+            mode = ForwardMode.EXTEND
         return ForwardBatch.build(
-            ForwardMode.DECODE if decode else ForwardMode.EXTEND,
-            [c.seq.token_ids(c.start, c.start + c.num_tokens) for c in chunks],
-            [c.start for c in chunks], [c.seq.pages for c in chunks], self.args.page_size, self.device)
+            mode, [c.seq.token_ids(c.start, c.start + c.num_tokens) + list(c.drafts) for c in chunks],
+            [c.start for c in chunks], [c.seq.pages for c in chunks], self.args.page_size, self.device,
+            all_logits=[bool(c.drafts) for c in chunks])
 
-    def _append(self, seq: Sequence, token: int, logprob: float | None) -> RequestOutput:
-        seq.output_ids.append(token)
-        if logprob is not None:
-            seq.output_logprobs.append(logprob)
-        reason = self._stop_reason(seq, token)
-        if reason is not None:
-            self.scheduler.finish(seq, reason)
-            del self.sequences[seq.request_id]
-        return self._output(seq, [token], logprob)
+    def _append(self, seq: Sequence, tokens: list[int], logprobs: list[float | None]) -> RequestOutput:
+        """Append tokens in order until one stops the request."""
+        new, new_logprobs = [], []
+        for token, logprob in zip(tokens, logprobs):
+            seq.output_ids.append(token)
+            new.append(token)
+            if logprob is not None:
+                seq.output_logprobs.append(logprob)
+                new_logprobs.append(logprob)
+            reason = self._stop_reason(seq, token)
+            if reason is not None:
+                self.scheduler.finish(seq, reason)
+                del self.sequences[seq.request_id]
+                break
+        return self._output(seq, new, new_logprobs)
 
     def _stop_reason(self, seq: Sequence, token: int) -> str | None:
         p = seq.params
@@ -193,14 +281,15 @@ class Engine:
             return "length"
         return None
 
-    def _output(self, seq: Sequence, new_ids: list[int], logprob: float | None) -> RequestOutput:
+    def _output(self, seq: Sequence, new_ids: list[int], new_logprobs: list[float]) -> RequestOutput:
         want = seq.params.logprobs
         return RequestOutput(
             request_id=seq.request_id, new_token_ids=new_ids,
-            new_logprobs=[logprob] if want and logprob is not None else ([] if want else None),
+            new_logprobs=new_logprobs if want else None,
             cumulative_logprob=sum(seq.output_logprobs) if want else None,
             finished=seq.is_finished, finish_reason=seq.finish_reason,
-            num_prompt_tokens=len(seq.prompt_ids), num_output_tokens=len(seq.output_ids))
+            num_prompt_tokens=len(seq.prompt_ids), num_output_tokens=len(seq.output_ids),
+            num_draft_tokens=seq.num_draft_tokens, num_accepted_draft_tokens=seq.num_accepted_draft_tokens)
 
     def stats(self) -> dict[str, int]:
         kv = self.cache.stats()

@@ -207,6 +207,19 @@ def truncate_logits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     return logits
 
 
+def sampling_probs(processed: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """The distribution stage 4 draws from, [batch, vocab]; greedy rows get a one-hot at the argmax.
+
+    Speculative decoding accepts draft tokens against exactly this distribution.
+    """
+    temperature = torch.where(batch.temperature > 0, batch.temperature, 1.0).unsqueeze(1)
+    probs = truncate_logits(processed / temperature, batch).softmax(dim=-1)
+    if batch.any_greedy:
+        one_hot = F.one_hot(processed.argmax(dim=-1), batch.vocab_size).to(probs.dtype)
+        probs = torch.where((batch.temperature == 0).unsqueeze(1), one_hot, probs)
+    return probs
+
+
 def _draw(processed: torch.Tensor, batch: SamplingBatch,
           generator: torch.Generator | None) -> torch.Tensor:
     """Stage 4 for every row ([batch] int64); greedy rows' results are discarded by the caller."""

@@ -6,6 +6,8 @@ are admitted in arrival order while the budget, the running cap and the free pag
 waiting request that does not fit blocks those behind it (FIFO fairness). When a running request
 needs a page and none is free, the most recently admitted request is retracted: its pages are
 freed and it waits at the front to be recomputed (prompt and output so far) later.
+With speculative decoding, a decoding request also carries its draft tokens: they take budget and
+pages like real tokens, and are dropped (decode goes on without them) when the budget is short.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from dsa_backend.sequence import Sequence, SequenceStatus
 class ScheduledChunk:
     seq: Sequence
     start: int        # first token position computed in this step
-    num_tokens: int   # tokens computed in this step
+    num_tokens: int   # tokens of the sequence computed in this step
+    drafts: tuple[int, ...] = ()  # draft tokens verified after them (speculative decoding)
 
     @property
     def completes(self) -> bool:
@@ -54,10 +57,13 @@ class Scheduler:
             if seq not in self.running:  # retracted while making room for an earlier one
                 continue
             n = min(seq.num_uncomputed, budget)
-            if not self._grow(seq, seq.num_computed + n, protect={c.seq for c in chunks}):
+            if seq.draft_ids and (n != seq.num_uncomputed or n + len(seq.draft_ids) > budget):
+                seq.draft_ids = []
+            drafts = tuple(seq.draft_ids)
+            if not self._grow(seq, seq.num_computed + n + len(drafts), protect={c.seq for c in chunks}):
                 continue
-            chunks.append(ScheduledChunk(seq, seq.num_computed, n))
-            budget -= n
+            chunks.append(ScheduledChunk(seq, seq.num_computed, n, drafts))
+            budget -= n + len(drafts)
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
             seq = self.waiting[0]
             n = min(seq.num_uncomputed, budget)
@@ -70,6 +76,15 @@ class Scheduler:
             chunks.append(ScheduledChunk(seq, seq.num_computed, n))
             budget -= n
         return chunks
+
+    def reserve(self, seq: Sequence, num_tokens: int) -> bool:
+        """Pages for num_tokens of a running request if they are free now, without retracting."""
+        need = pages_needed(num_tokens, self.page_size) - len(seq.pages)
+        if need > 0:
+            if not self.allocator.can_allocate(need):
+                return False
+            seq.pages.extend(self.allocator.allocate(need))
+        return True
 
     def _grow(self, seq: Sequence, num_tokens: int, protect: set[Sequence]) -> bool:
         """Give seq pages for num_tokens, retracting later requests if needed; False if seq itself went."""
@@ -89,6 +104,7 @@ class Scheduler:
         self.running.remove(seq)
         self._release(seq)
         seq.num_computed = 0
+        seq.draft_ids = []
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)
         self.num_retractions += 1

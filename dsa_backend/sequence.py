@@ -35,6 +35,9 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: str | None = None
     generator: torch.Generator | None = None
+    draft_ids: list[int] = field(default_factory=list)   # speculative tokens to verify next step
+    num_draft_tokens: int = 0                            # drafted so far (for acceptance stats)
+    num_accepted_draft_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:

@@ -1,0 +1,174 @@
+"""Speculative decoding with the MTP layer: lossless greedy, exact sampling, pages, configuration."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from checkpoints import random_prompts
+from dsa_backend import LLM
+from dsa_backend.engine import Engine, EngineArgs
+from dsa_backend.sampling_params import SamplingParams
+from dsa_backend.spec.acceptance import accept_drafts
+from dsa_backend.spec.config import SpecConfig
+from test_engine import run_all
+
+PROMPTS = random_prompts([20, 45, 70, 100, 33, 64, 90, 12], seed=31)  # five longer than index_topk 32
+GREEDY = SamplingParams(max_tokens=64, temperature=0, ignore_eos=True)
+_plain: dict = {}
+
+
+def engine(path, page_size, **spec) -> Engine:
+    # page size 1 needs as many pages as tokens
+    pages = 2048 if page_size == 1 else 64
+    return Engine(EngineArgs(model=str(path), device="cpu", dtype="float32", page_size=page_size,
+                             num_kv_pages=pages, **spec))
+
+
+def plain_greedy(checkpoint, name):
+    if name not in _plain:
+        _plain[name] = run_all(engine(checkpoint(name), 64), {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS)})
+    return _plain[name]
+
+
+@pytest.mark.parametrize("name, steps, page_size", [
+    ("deepseek_v32", 1, 64), ("deepseek_v32", 2, 1), ("deepseek_v32", 3, 64), ("deepseek_v32", 4, 1),
+    ("glm_moe_dsa", 2, 64), ("glm_moe_dsa", 4, 1),
+    ("glm_shared_freq", 1, 1), ("glm_shared_freq", 3, 64),
+])
+def test_chain_speculation_gives_exactly_the_plain_greedy_tokens(checkpoint, name, steps, page_size):
+    spec = engine(checkpoint(name), page_size, speculative_algorithm="mtp", speculative_num_steps=steps)
+    got = run_all(spec, {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS)})
+    assert got == plain_greedy(checkpoint, name)
+    assert spec.cache.allocator.num_free == spec.cache.allocator.num_pages
+
+
+@pytest.mark.parametrize("corrupt_last", [False, True])
+def test_accepted_drafts_keep_their_kv_and_stay_lossless(checkpoint, corrupt_last):
+    # The random MTP layer rarely guesses right, so a drafter that knows the plain greedy
+    # continuation stands in for a trained one: all drafts accepted, or all but the last.
+    expected = plain_greedy(checkpoint, "deepseek_v32")
+    spec = engine(checkpoint("deepseek_v32"), 16, speculative_algorithm="mtp", speculative_num_steps=3)
+    real_draft = spec.drafter.draft
+    ids: dict[str, str] = {}
+
+    def oracle_draft(items):
+        real_draft(items)  # keeps the MTP layer's own KV up to date
+        for it in items:
+            if it.seq.draft_ids:
+                n = len(it.seq.output_ids)
+                drafts = expected[ids[it.seq.request_id]][n:n + 3]
+                if corrupt_last and len(drafts) == 3:
+                    drafts = drafts[:2] + [(drafts[2] + 1) % 1000]
+                it.seq.draft_ids = drafts
+
+    spec.drafter.draft = oracle_draft
+    finals = {}
+    real_step = spec.step
+
+    def step():
+        outs = real_step()
+        finals.update({o.request_id: o for o in outs if o.finished})
+        return outs
+
+    spec.step = step
+    requests = {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS)}
+    ids.update({rid: rid for rid in requests})
+    assert run_all(spec, requests) == expected
+    rate = sum(o.num_accepted_draft_tokens for o in finals.values()) / sum(
+        o.num_draft_tokens for o in finals.values())
+    assert (0.6 < rate < 0.7) if corrupt_last else rate == 1.0
+    assert spec.cache.allocator.num_free == spec.cache.allocator.num_pages
+
+
+def test_llm_api_reports_the_same_text_with_speculation(checkpoint):
+    path = checkpoint("glm_moe_dsa")
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    plain = LLM(path, device="cpu", dtype="float32").generate(["Hello", "你好，世界 🎉"], params)
+    spec = LLM(path, device="cpu", dtype="float32", speculative_algorithm="mtp",
+               speculative_num_steps=2).generate(["Hello", "你好，世界 🎉"], params)
+    assert [o.text for o in spec] == [o.text for o in plain]
+
+
+def test_acceptance_counts_are_reported(checkpoint):
+    e = engine(checkpoint("deepseek_v32"), 64, speculative_algorithm="mtp", speculative_num_steps=2)
+    e.add_request("a", PROMPTS[0], GREEDY)
+    outs = []
+    while e.has_work():
+        outs += e.step()
+    last = outs[-1]
+    assert last.num_draft_tokens > 0 and 0 <= last.num_accepted_draft_tokens <= last.num_draft_tokens
+    # every step emits accepted drafts plus one target token
+    assert sum(len(o.new_token_ids) for o in outs) == 64
+
+
+def chi_square(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    expected = probs * counts.sum()
+    keep = expected > 0
+    assert counts[~keep].sum() == 0, "a token outside the target's support was emitted"
+    return float(((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum())
+
+
+def test_rejection_sampling_emits_the_target_distribution():
+    # p0 is the target at the first drafted position, p1 at the second; the draft proposes token 2
+    # then token 0. Whatever the drafts, the first emitted token must follow p0 and, when the first
+    # draft was accepted, the second must follow p1. Threshold: chi-square with 5 degrees of
+    # freedom at significance 0.001 is 20.5.
+    p0 = torch.tensor([0.05, 0.25, 0.30, 0.0, 0.15, 0.25])
+    p1 = torch.tensor([0.40, 0.10, 0.10, 0.20, 0.0, 0.20])
+    probs = torch.stack([p0, p1, torch.full((6,), 1 / 6)])
+    gen = torch.Generator().manual_seed(0)
+    first, second = torch.zeros(6), torch.zeros(6)
+    for _ in range(20000):
+        out = accept_drafts(probs, [2, 0], gen)
+        first[out[0]] += 1
+        if out[0] == 2:
+            second[out[1]] += 1
+    assert chi_square(first, p0) < 20.5
+    assert chi_square(second, p1) < 20.5
+
+
+def test_greedy_target_accepts_exactly_the_matching_prefix():
+    one_hot = torch.eye(5)[[3, 1, 4]]  # the target's argmax is 3, then 1, then 4
+    assert accept_drafts(one_hot, [3, 1], None) == [3, 1, 4]
+    assert accept_drafts(one_hot, [3, 2], None) == [3, 1]
+    assert accept_drafts(one_hot, [0, 1], None) == [3]
+
+
+def test_seeded_sampling_with_speculation_is_reproducible(checkpoint):
+    params = SamplingParams(max_tokens=16, temperature=0.8, top_p=0.95, seed=7, ignore_eos=True)
+    runs = [run_all(engine(checkpoint("glm_moe_dsa"), 64, speculative_algorithm="mtp", speculative_num_steps=3),
+                    {"a": (PROMPTS[1], params)}) for _ in range(2)]
+    assert runs[0] == runs[1] and len(runs[0]["a"]) == 16
+
+
+def test_cancelling_mid_speculation_frees_every_page_drafts_included(checkpoint):
+    e = engine(checkpoint("deepseek_v32"), 16, speculative_algorithm="mtp", speculative_num_steps=4)
+    e.add_request("a", PROMPTS[3], SamplingParams(max_tokens=200, temperature=0, ignore_eos=True))
+    for _ in range(4):
+        e.step()
+    seq = e.sequences["a"]
+    assert seq.draft_ids and seq.num_draft_tokens > 0
+    e.abort("a")
+    assert e.cache.allocator.num_free == e.cache.allocator.num_pages
+
+
+@pytest.mark.parametrize("spec, message", [
+    (dict(topk=2), "tree drafting"),
+    (dict(num_steps=0), "speculative_num_steps"),
+    (dict(num_steps=2, num_draft_tokens=5), "speculative_num_draft_tokens"),
+    (dict(algorithm="medusa"), "speculative_algorithm"),
+])
+def test_invalid_speculative_settings_are_refused_naming_them(spec, message):
+    with pytest.raises(ValueError, match=message):
+        SpecConfig(**spec)
+
+
+def test_speculation_needs_an_mtp_layer(tmp_path):
+    from dsa_backend.tools.make_checkpoint import make_config, write_checkpoint
+
+    cfg = make_config("deepseek_v32", "tiny")
+    cfg["num_nextn_predict_layers"] = 0
+    write_checkpoint(cfg, tmp_path / "c")
+    with pytest.raises(ValueError, match="num_nextn_predict_layers is 0"):
+        Engine(EngineArgs(model=str(tmp_path / "c"), device="cpu", speculative_algorithm="mtp"))
