@@ -172,6 +172,7 @@ class Engine:
     def has_work(self) -> bool:
         return self.scheduler.has_work()
 
+    @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
         chunks = self.scheduler.schedule()
         if not chunks:

@@ -230,3 +230,26 @@ def _model_name(name: str, config: ModelConfig) -> str:
             rest = "decoder." + rest
         return f"mtp.{j}.{rest}"
     return name
+
+
+def mtp_checkpoint_tensors(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
+    """The MTP layers' tensors of a model state dict under their checkpoint names (inverse of load)."""
+    out = {}
+    for name, tensor in state.items():
+        match = re.match(r"mtp\.(\d+)\.(decoder\.)?(.*)", name)
+        if not match:
+            continue
+        prefix = f"model.layers.{config.num_hidden_layers + int(match.group(1))}."
+        rest = match.group(3)
+        if rest.endswith("mlp.experts.w13"):
+            base = prefix + rest[: -len("w13")]
+            for e, w in enumerate(tensor):
+                gate, up = w.chunk(2)
+                out[f"{base}{e}.gate_proj.weight"], out[f"{base}{e}.up_proj.weight"] = gate, up
+        elif rest.endswith("mlp.experts.w2"):
+            base = prefix + rest[: -len("w2")]
+            for e, w in enumerate(tensor):
+                out[f"{base}{e}.down_proj.weight"] = w
+        else:
+            out[prefix + rest] = tensor
+    return out

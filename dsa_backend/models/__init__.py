@@ -21,4 +21,5 @@ def load_model(model_dir: str | Path, dtype: torch.dtype, device: torch.device |
     with torch.device("meta"):
         model = DsaForCausalLM(config, info.mtp_has_indexer)
     model.load_state_dict(state, strict=True, assign=True)
-    return model.to(device).eval(), info
+    # Inference everywhere but in tools/train_mtp, which turns gradients back on for the MTP layer.
+    return model.to(device).eval().requires_grad_(False), info

@@ -83,7 +83,6 @@ class DsaForCausalLM(nn.Module):
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return torch.nn.functional.linear(hidden, weight).float()
 
-    @torch.inference_mode()
     def forward(self, batch: ForwardBatch, cache: KVCache) -> ForwardOutput:
         cos, sin = self.rotary(batch.positions)
         x = self.model.embed_tokens(batch.input_ids)
@@ -93,7 +92,6 @@ class DsaForCausalLM(nn.Module):
         hidden = self.model.norm(x)
         return ForwardOutput(self._head(hidden[batch.logits_rows]), hidden, topk)
 
-    @torch.inference_mode()
     def forward_mtp(self, batch: ForwardBatch, cache: KVCache, target_hidden: torch.Tensor,
                     target_topk: torch.Tensor | None = None, depth: int = 0) -> ForwardOutput:
         """One MTP layer over batch.input_ids (the tokens after those target_hidden [T, hidden] saw).

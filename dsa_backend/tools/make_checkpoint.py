@@ -109,7 +109,7 @@ def write_checkpoint(cfg: dict, out: Path, seed: int = 0) -> None:
         tensors[f"model.layers.{mtp + j}.shared_head.head.weight"] = tensors["lm_head.weight"]
     stored: dict[str, torch.Tensor] = {}
     for name, value in tensors.items():
-        if config.quantization is not None and _is_quantized(name):
+        if config.quantization is not None and is_quantized_weight(name):
             stored[name], stored[name + "_scale_inv"] = quantize_fp8_block(value, config.quantization.block)
         elif name.endswith("e_score_correction_bias"):
             stored[name] = value.float()  # kept in float32 by the releases
@@ -122,7 +122,7 @@ def write_checkpoint(cfg: dict, out: Path, seed: int = 0) -> None:
     _copy_tokenizer(out)
 
 
-def _is_quantized(name: str) -> bool:
+def is_quantized_weight(name: str) -> bool:
     """The linear weights that FP8 releases store in e4m3 (not norms, router, embeddings, head)."""
     if not name.endswith(".weight") or name.endswith("weights_proj.weight"):
         return False
