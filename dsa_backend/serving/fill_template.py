@@ -31,6 +31,10 @@ DEFAULTS = {
     "max_num_batched_tokens": "2048",
     "max_model_len": "none",
     "shutdown_timeout_s": "10",
+    "speculative_algorithm": "",          # empty: no speculative decoding; mtp or eagle: the MTP layer drafts
+    "speculative_num_steps": "1",
+    "speculative_eagle_topk": "1",
+    "speculative_num_draft_tokens": "",   # empty: num_steps + 1
     "preprocessing_instance_count": "1",
     "postprocessing_instance_count": "1",
 }

@@ -12,6 +12,9 @@ ITL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 
 # The MLA latent pool and the indexer-key pool hand out the same page ids, so both report the
 # engine's one page count; the label keeps dashboards honest if they ever diverge.
 POOLS = ("mla", "indexer")
+# Tokens one request gets from one verify step: its accepted drafts plus the target's own token,
+# so 1 ..= speculative_num_steps + 1 (at most 17).
+ACCEPT_LENGTH_BUCKETS = [1, 2, 3, 4, 5, 6, 8, 10, 12, 17]
 
 
 class ServerMetrics:
@@ -35,8 +38,13 @@ class ServerMetrics:
             family("dsa_kv_pages_used", "KV cache pages in use", gauge),
             family("dsa_kv_pages_free", "KV cache pages free", gauge),
             family("dsa_retractions_total", "Requests preempted for KV pages (recomputed later)", counter),
+            family("dsa_spec_draft_tokens_total", "Speculative draft tokens verified by the target", counter),
+            family("dsa_spec_accepted_tokens_total", "Speculative draft tokens accepted", counter),
+            family("dsa_spec_accept_length", "Tokens per request per verify step (accepted drafts + 1)",
+                   histogram),
         ]
-        (requests, prompt, generation, ttft, itl, running, waiting, used, free, retractions) = self._families
+        (requests, prompt, generation, ttft, itl, running, waiting, used, free, retractions,
+         drafted, accepted, accept_length) = self._families
         self._labels = labels
         self._requests_family = requests
         self._requests: dict[str, object] = {}
@@ -50,6 +58,9 @@ class ServerMetrics:
         self.pages_free = {p: free.Metric(labels={**labels, "pool": p}) for p in POOLS}
         self.retractions = retractions.Metric(labels=labels)
         self._retractions_seen = 0
+        self.spec_draft_tokens = drafted.Metric(labels=labels)
+        self.spec_accepted_tokens = accepted.Metric(labels=labels)
+        self.spec_accept_length = accept_length.Metric(labels=labels, buckets=ACCEPT_LENGTH_BUCKETS)
 
     def request_admitted(self, prompt_tokens: int) -> None:
         self.prompt_tokens.increment(prompt_tokens)
@@ -61,6 +72,11 @@ class ServerMetrics:
             self.ttft.observe(reply.ttft_s)
         if reply.itl_s is not None:
             self.itl.observe(reply.itl_s)
+        if reply.new_draft_tokens:
+            # One verify step per reply: the engine reports each request once per step.
+            self.spec_draft_tokens.increment(reply.new_draft_tokens)
+            self.spec_accepted_tokens.increment(reply.new_accepted_draft_tokens)
+            self.spec_accept_length.observe(reply.new_accepted_draft_tokens + 1)
         if reply.final:
             self.request_finished(finish_reason)
 

@@ -26,6 +26,9 @@ class Reply:
     new_tokens: int = 0
     ttft_s: float | None = None          # set on the step that produced the first token
     itl_s: float | None = None           # seconds per token since the previous step's tokens
+    # speculative decoding: draft tokens verified in this engine step, and how many were accepted
+    new_draft_tokens: int = 0
+    new_accepted_draft_tokens: int = 0
 
 
 class ResponseStream:
@@ -42,6 +45,8 @@ class ResponseStream:
         self._last_token_at: float | None = None
         self._logprobs: list[float] = []
         self._cumulative_logprob = 0.0
+        self.num_draft_tokens = 0              # cumulative, as the engine counts them
+        self.num_accepted_draft_tokens = 0
 
     @property
     def stopped_by_string(self) -> bool:
@@ -64,6 +69,12 @@ class ResponseStream:
             self._logprobs += out.new_logprobs
         if out.cumulative_logprob is not None:
             self._cumulative_logprob = out.cumulative_logprob
+        # The engine's counts are cumulative (an error output carries zeros: keep the last seen).
+        drafted = max(out.num_draft_tokens - self.num_draft_tokens, 0)
+        accepted = max(out.num_accepted_draft_tokens - self.num_accepted_draft_tokens, 0)
+        self.num_draft_tokens += drafted
+        self.num_accepted_draft_tokens += accepted
+        spec = {"new_draft_tokens": drafted, "new_accepted_draft_tokens": accepted}
         window = self.detok.add(out.new_token_ids, finished=out.finished)
         self.finished = out.finished or self.detok.stopped
         reason = "stop" if self.detok.stopped else (out.finish_reason or "") if self.finished else ""
@@ -72,7 +83,7 @@ class ResponseStream:
         elif self.finished:
             window, logprobs = self._whole_text_window(), self._logprobs
         else:
-            return Reply(None, False, new_tokens=n, ttft_s=ttft, itl_s=itl)
+            return Reply(None, False, new_tokens=n, ttft_s=ttft, itl_s=itl, **spec)
         outputs = {
             "token_window": np.array(window.token_ids, dtype=np.int32),
             "text_start": np.array([window.text_start], dtype=np.int32),
@@ -82,10 +93,18 @@ class ResponseStream:
             "finish_reason": np.array([reason.encode()], dtype=np.object_),
             "num_input_tokens": np.array([out.num_prompt_tokens], dtype=np.int32),
             "num_output_tokens": np.array([out.num_output_tokens], dtype=np.int32),
+            "acceptance_rate": np.array([self.acceptance_rate], dtype=np.float32),
+            "total_accepted_draft_tokens": np.array([self.num_accepted_draft_tokens], dtype=np.int32),
+            "total_draft_tokens": np.array([self.num_draft_tokens], dtype=np.int32),
             "skip_special_tokens": np.array([self.detok.skip_special_tokens]),
             "request_id": np.array([self.request_id.encode()], dtype=np.object_),
         }
-        return Reply(outputs, self.finished, new_tokens=n, ttft_s=ttft, itl_s=itl)
+        return Reply(outputs, self.finished, new_tokens=n, ttft_s=ttft, itl_s=itl, **spec)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted tokens so far; 0 when nothing was drafted (speculation off)."""
+        return self.num_accepted_draft_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
 
     def _whole_text_window(self) -> TextWindow:
         # The emitted text is a prefix of decode(output ids): it is cut only at a stop string.

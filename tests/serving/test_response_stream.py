@@ -71,3 +71,26 @@ def test_log_probs_are_sent_only_when_asked(tokenizer):
     reply = ResponseStream("r", request, tokenizer, arrival=0.0).on_output(out, 1.0)
     assert np.allclose(reply.outputs["output_log_probs"], [-0.5])
     assert np.allclose(reply.outputs["cum_log_probs"], [-0.5])
+
+
+def test_acceptance_counts_are_cumulative_and_an_error_output_does_not_reset_them(tokenizer):
+    request = LLMRequest([5, 6, 7], SamplingParams(max_tokens=16), stream=True)
+    stream = ResponseStream("r", request, tokenizer, arrival=0.0)
+    # (new tokens, drafted so far, accepted so far)
+    steps = [([10], 0, 0), ([11, 12], 2, 1), ([13], 4, 1), ([14, 15, 16], 6, 3)]
+    replies = [stream.on_output(RequestOutput("r", ids, None, None, i == 3, "length" if i == 3 else None, 3, 0,
+                                              num_draft_tokens=d, num_accepted_draft_tokens=a), now=0.1 * (i + 1))
+               for i, (ids, d, a) in enumerate(steps)]
+    assert [int(r.outputs["total_draft_tokens"][0]) for r in replies] == [0, 2, 4, 6]
+    assert [int(r.outputs["total_accepted_draft_tokens"][0]) for r in replies] == [0, 1, 1, 3]
+    assert [float(r.outputs["acceptance_rate"][0]) for r in replies] == [0.0, 0.5, 0.25, 0.5]
+    assert [(r.new_draft_tokens, r.new_accepted_draft_tokens) for r in replies] == [(0, 0), (2, 1), (2, 0), (2, 2)]
+    assert stream.acceptance_rate == 0.5
+
+
+def test_without_speculation_the_acceptance_outputs_are_zero(tokenizer):
+    request = LLMRequest([5, 6, 7], SamplingParams(max_tokens=16), stream=False)
+    [reply] = run(tokenizer, request, outputs(tokenizer, "Hello"))
+    o = reply.outputs
+    assert (o["acceptance_rate"][0], o["total_accepted_draft_tokens"][0], o["total_draft_tokens"][0]) == (0, 0, 0)
+    assert o["acceptance_rate"].dtype == "float32" and o["total_draft_tokens"].dtype == "int32"

@@ -17,8 +17,8 @@ import uuid
 
 import triton_python_backend_utils as pb_utils
 
-from dsa_backend.engine import EngineArgs, EngineRunner, RequestOutput
-from dsa_backend.serving import triton_io
+from dsa_backend.engine import EngineRunner, RequestOutput
+from dsa_backend.serving import engine_config, triton_io
 from dsa_backend.serving.metrics import ServerMetrics
 from dsa_backend.serving.request_params import parse_request
 from dsa_backend.serving.response_stream import ResponseStream
@@ -47,14 +47,7 @@ class TritonPythonModel:
         elif args.get("model_instance_kind") == "CPU" and device == "auto":
             device = "cpu"
         self.shutdown_timeout_s = float(params.get("shutdown_timeout_s", "10"))
-        engine_args = EngineArgs(
-            model=params["model_dir"], device=device, dtype=params.get("dtype", "auto"),
-            page_size=int(params.get("page_size", "64")),
-            num_kv_pages=_optional_int(params.get("num_kv_pages")),
-            kv_cache_dtype=params.get("kv_cache_dtype", "auto"),
-            max_running_requests=int(params.get("max_running_requests", "64")),
-            max_num_batched_tokens=int(params.get("max_num_batched_tokens", "2048")),
-            max_model_len=_optional_int(params.get("max_model_len")))
+        engine_args = engine_config.engine_args(params, device)     # ValueError naming a bad setting
         logger.info("dsa_llm: starting the engine with %s", engine_args)
         self.runner = EngineRunner(engine_args)
         # The tests (and operators) read this line to see where the engine really runs.
@@ -234,8 +227,4 @@ class TritonPythonModel:
             leftovers = list(self.active.items())
         for request_id, active in leftovers:
             self._finish(request_id, active, None, "server shutting down")
-
-
-def _optional_int(value: str | None) -> int | None:
-    return int(value) if value not in (None, "", "none", "None") else None
 

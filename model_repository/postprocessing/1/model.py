@@ -12,7 +12,8 @@ from dsa_backend.serving import triton_io
 from dsa_backend.tokenizer import Tokenizer
 
 logger = logging.getLogger("postprocessing")
-PASS_THROUGH = ("cum_log_probs", "output_log_probs", "finish_reason", "num_input_tokens", "num_output_tokens")
+PASS_THROUGH = ("cum_log_probs", "output_log_probs", "finish_reason", "num_input_tokens", "num_output_tokens",
+                "acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
 
 
 class TritonPythonModel:

@@ -1,0 +1,61 @@
+"""dsa_llm's config.pbtxt parameters -> EngineArgs, refusing bad settings with a message naming them.
+
+Importable without Triton, so that the parsing is unit-tested; a ValueError raised here (or by the
+Engine) in dsa_llm's initialize makes Triton fail to load the model and log the message.
+"""
+
+from __future__ import annotations
+
+from dsa_backend.engine import EngineArgs
+from dsa_backend.spec.config import SpecConfig
+
+# An empty value (fill_template's default), "none" or "off" turns speculative decoding off.
+_OFF = ("", "none", "None", "off")
+# The speculative settings and the values that mean "not set" while speculation is off.
+SPEC_DEFAULTS = {"speculative_num_steps": "1", "speculative_eagle_topk": "1", "speculative_num_draft_tokens": ""}
+
+
+def engine_args(params: dict[str, str], device: str) -> EngineArgs:
+    spec = speculative_settings(params)
+    return EngineArgs(
+        model=params["model_dir"], device=device, dtype=params.get("dtype", "auto"),
+        page_size=_int(params, "page_size", "64"),
+        num_kv_pages=_optional_int(params, "num_kv_pages"),
+        kv_cache_dtype=params.get("kv_cache_dtype", "auto"),
+        max_running_requests=_int(params, "max_running_requests", "64"),
+        max_num_batched_tokens=_int(params, "max_num_batched_tokens", "2048"),
+        max_model_len=_optional_int(params, "max_model_len"),
+        **spec)
+
+
+def speculative_settings(params: dict[str, str]) -> dict:
+    """EngineArgs' speculative_* fields; checked here already, before any weights are loaded."""
+    algorithm = params.get("speculative_algorithm", "").strip()
+    if algorithm in _OFF:
+        set_anyway = [f"{k}={params[k]!r}" for k, off in SPEC_DEFAULTS.items()
+                      if params.get(k, "").strip() not in (off, *_OFF)]
+        if set_anyway:
+            raise ValueError(f"{', '.join(set_anyway)} given, but speculative_algorithm is off (empty); "
+                             "set speculative_algorithm=mtp (or eagle) or leave these at their defaults")
+        return {"speculative_algorithm": None}
+    spec = {"speculative_algorithm": algorithm,
+            "speculative_num_steps": _int(params, "speculative_num_steps", "1"),
+            "speculative_eagle_topk": _int(params, "speculative_eagle_topk", "1"),
+            "speculative_num_draft_tokens": _optional_int(params, "speculative_num_draft_tokens")}
+    # The engine's own checks (algorithm, num_steps in [1, 16], topk 1, num_draft_tokens), run now.
+    SpecConfig(spec["speculative_algorithm"], spec["speculative_num_steps"], spec["speculative_eagle_topk"],
+               spec["speculative_num_draft_tokens"])
+    return spec
+
+
+def _int(params: dict[str, str], key: str, default: str) -> int:
+    value = params.get(key, default).strip()
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{key} must be an integer, got {value!r}") from None
+
+
+def _optional_int(params: dict[str, str], key: str) -> int | None:
+    value = params.get(key, "").strip()
+    return None if value in _OFF else _int(params, key, "")

@@ -1,0 +1,41 @@
+"""dsa_backend.serving.engine_config: dsa_llm's parameters -> EngineArgs, bad settings named."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsa_backend.serving.engine_config import engine_args
+from dsa_backend.serving.fill_template import DEFAULTS
+
+# What fill_template writes by default (placeholders of dsa_llm's config.pbtxt).
+FILLED = {**DEFAULTS, "model_dir": "/ckpt"}
+
+
+def test_the_defaults_turn_speculation_off():
+    args = engine_args(FILLED, "cpu")
+    assert args.speculative_algorithm is None
+    assert (args.model, args.device, args.num_kv_pages, args.max_model_len) == ("/ckpt", "cpu", None, None)
+
+
+def test_speculative_settings_reach_the_engine_args():
+    args = engine_args({**FILLED, "speculative_algorithm": "mtp", "speculative_num_steps": "3",
+                        "speculative_num_draft_tokens": "4"}, "cpu")
+    assert (args.speculative_algorithm, args.speculative_num_steps, args.speculative_eagle_topk,
+            args.speculative_num_draft_tokens) == ("mtp", 3, 1, 4)
+
+
+@pytest.mark.parametrize("settings, named", [
+    ({"speculative_algorithm": "mtp", "speculative_eagle_topk": "2"}, "speculative_eagle_topk"),
+    ({"speculative_algorithm": "medusa"}, "speculative_algorithm"),
+    ({"speculative_algorithm": "mtp", "speculative_num_steps": "17"}, "speculative_num_steps"),
+    ({"speculative_algorithm": "mtp", "speculative_num_steps": "two"}, "speculative_num_steps"),
+    ({"speculative_algorithm": "mtp", "speculative_num_steps": "2", "speculative_num_draft_tokens": "5"},
+     "speculative_num_draft_tokens"),
+    # set while speculation is off: a mistake, not silently ignored
+    ({"speculative_eagle_topk": "2"}, "speculative_eagle_topk"),
+    ({"speculative_num_steps": "3"}, "speculative_algorithm is off"),
+    ({"page_size": "sixty"}, "page_size"),
+])
+def test_a_bad_setting_is_refused_by_name(settings, named):
+    with pytest.raises(ValueError, match=named):
+        engine_args({**FILLED, **settings}, "cpu")
