@@ -23,7 +23,7 @@ from dsa_backend.sampling_params import SamplingParams
 
 def run(model: str, prompts, dtype: str, spec_steps: int | None) -> dict:
     spec = dict(speculative_algorithm="mtp", speculative_num_steps=spec_steps) if spec_steps else {}
-    engine = Engine(EngineArgs(model=model, dtype=dtype, **spec))
+    engine = Engine(EngineArgs(model=model, dtype=dtype, num_kv_pages=1024, **spec))
     params = SamplingParams(max_tokens=64, temperature=0, ignore_eos=True)
     for i, p in enumerate(prompts[:2]):  # warm-up
         engine.add_request(f"w{i}", p, SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
@@ -64,7 +64,9 @@ def main() -> None:
     t0 = time.perf_counter()
     train = subprocess.run([py, "-m", "dsa_backend.tools.train_mtp", "--model", base, "--out", distilled,
                             "--steps", str(args.train_steps), "--sequences", "256", "--batch", "16",
-                            "--new-tokens", "64", "--device", "cuda"], check=True, capture_output=True, text=True)
+                            "--new-tokens", "64", "--lr", "3e-3", "--device", "cuda"], capture_output=True, text=True)
+    if train.returncode:
+        sys.exit(f"train_mtp failed:\n{train.stderr[-3000:]}")
     print(train.stderr[-1500:], train.stdout, f"training took {time.perf_counter() - t0:.0f} s", flush=True)
     gen = torch.Generator().manual_seed(5)
     results = {"train": json.loads(train.stdout.strip().splitlines()[-1]), "rows": []}

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from dsa_backend.attention import TorchDsaBackend
 from dsa_backend.batch import ForwardBatch, ForwardMode
 from dsa_backend.cache import KVCache, pages_needed
 from dsa_backend.llm import LLM
@@ -28,6 +29,8 @@ from dsa_backend.weights import mtp_checkpoint_tensors, quantize_fp8_block
 
 logger = logging.getLogger(__name__)
 MTP_SHARD = "model-mtp-distilled.safetensors"
+# Enough for the tool's own sequences; the engine would otherwise take most of a GPU for its pool.
+_KV_PAGES = 512
 
 
 def make_sequences(llm: LLM, count: int, prompt_len: int, new_tokens: int, seed: int) -> list[list[int]]:
@@ -82,7 +85,8 @@ def save_distilled(llm: LLM, model_dir: Path, out: Path) -> None:
 
 def acceptance(model_dir: Path, sequences: list[list[int]], device: str, steps: int = 2) -> float:
     """Fraction of drafts accepted when greedily continuing held-out prompts."""
-    llm = LLM(model_dir, device=device, speculative_algorithm="mtp", speculative_num_steps=steps)
+    llm = LLM(model_dir, device=device, num_kv_pages=_KV_PAGES, speculative_algorithm="mtp",
+              speculative_num_steps=steps)
     prompts = [s[: len(s) // 2] for s in sequences]
     engine = llm.engine
     for i, p in enumerate(prompts):
@@ -112,9 +116,11 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     # float32 keeps the optimizer simple; the trained tensors are stored like the rest (bf16/FP8).
-    llm = LLM(args.model, device=args.device, dtype="float32")
+    llm = LLM(args.model, device=args.device, dtype="float32", num_kv_pages=_KV_PAGES)
     data = make_sequences(llm, args.sequences, args.prompt_len, args.new_tokens, args.seed)
     held_out = make_sequences(llm, 8, args.prompt_len, args.new_tokens, args.seed + 1)
+    # Gradients flow through the PyTorch attention path; the GPU kernels are inference-only.
+    llm.engine.model.backend = TorchDsaBackend()
     params = [p for name, p in llm.engine.model.named_parameters() if name.startswith("mtp.")]
     for p in params:
         p.requires_grad_(True)
@@ -129,6 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         if step % max(args.steps // 10, 1) == 0 or step == args.steps - 1:
             logger.info("step %d/%d loss %.3f", step + 1, args.steps, loss.item())
     save_distilled(llm, args.model, args.out)
+    del llm, optimizer, params
     before = acceptance(args.model, held_out, args.device)
     after = acceptance(args.out, held_out, args.device)
     logger.info("draft acceptance on held-out prompts (2 steps): %.3f before, %.3f after", before, after)
