@@ -1,21 +1,28 @@
-"""DSA attention backend: indexer top-k and sparse MLA over the paged pools.
+"""DSA attention backends: indexer top-k and sparse MLA over the paged pools.
 
-This is the PyTorch reference (CPU, and the oracle for GPU kernels). Prefill (EXTEND) takes the
-ragged path: each request's keys are its own range of positions. Decode-like modes (DECODE,
-TARGET_VERIFY, DRAFT_EXTEND) take the paged path: keys are read through the block table with one
-context length per query token. Both return top-k as token positions within the request
-(-1 = unused); sparse MLA turns positions into pool slots through the block table.
+Two backends share one contract. `indexer_topk` returns top-k as token positions within each
+request (-1 = unused, ascending) and `sparse_mla` maps positions to pool slots through the block
+table, so a shared layer or the MTP layer can reuse a top-k across batches of the same requests.
+- TorchDsaBackend: the reference (CPU, and the oracle on the GPU), built on dsa_kernels.reference.
+- KernelDsaBackend: dsa_kernels dispatch (DeepGEMM / FlashMLA / Triton). Prefill (EXTEND) takes
+  the ragged indexer path, decode-like modes the paged one with one context length per query token.
+`default_backend(device)` picks the kernel backend on CUDA, the reference elsewhere.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import logging
+
 import torch
 
-from dsa_backend.batch import ForwardBatch
+from dsa_backend.batch import ForwardBatch, ForwardMode
+from dsa_backend.cache.layout import quantize_fp8_rows
 from dsa_backend.cache.pools import IndexerKeyPool, MlaKVPool
+from dsa_kernels import reference as ref
 
-# Query tokens per chunk in the reference sparse attention: bounds the gathered [n, topk, 576].
-_QUERY_CHUNK = 256
+log = logging.getLogger(__name__)
 
 
 def per_token_context_lens(batch: ForwardBatch) -> torch.Tensor:
@@ -27,43 +34,164 @@ def per_token_context_lens(batch: ForwardBatch) -> torch.Tensor:
     return (batch.positions + 1).to(torch.int32).view(-1, 1)
 
 
+def request_of_token(batch: ForwardBatch) -> torch.Tensor:
+    """Batch row of each query token: [tokens] int64 (no host sync)."""
+    rows = torch.arange(batch.batch_size, device=batch.extend_lens.device)
+    return torch.repeat_interleave(rows, batch.extend_lens.long(), output_size=batch.num_tokens)
+
+
+def positions_to_slots(batch: ForwardBatch, positions: torch.Tensor) -> torch.Tensor:
+    """Top-k positions [tokens, k] -> pool slot ids [tokens, k] int32 (-1 stays -1)."""
+    table = batch.block_table[request_of_token(batch)]
+    return ref.paged_transform_ref(positions, table, batch.page_size)
+
+
+def fold_indexer_scales(q: torch.Tensor, weights: torch.Tensor, fp8: bool,
+                        softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [T, H, D], weights [T, H] -> (q as the logits kernels take it, weights [T, H] fp32).
+
+    The kernels score k_scale * sum_h w_h relu(q_h . k): relu commutes with positive scales, so
+    softmax_scale and, for the FP8 pool, q's per-(token, head) e4m3 scale fold into w.
+    """
+    w = weights.float() * softmax_scale
+    if not fp8:
+        return q, w
+    values, scale = quantize_fp8_rows(q, q.shape[-1])
+    return values, w * scale.squeeze(-1)
+
+
 class TorchDsaBackend:
-    """Reference implementation of the two DSA steps of a layer."""
+    """Reference implementation of the two DSA steps of a layer (a loop over requests)."""
 
     def indexer_topk(self, q: torch.Tensor, weights: torch.Tensor, pool: IndexerKeyPool, layer: int,
                      batch: ForwardBatch, topk: int, softmax_scale: float) -> torch.Tensor:
-        """q [T, heads, D], weights [T, heads] -> top-k key positions [T, topk] int32 (-1 padded).
+        """q [T, heads, D] (Hadamard-rotated for an FP8 pool), weights [T, heads] -> top-k key
+        positions [T, topk] int32, -1 padded.
 
-        score[t, s] = sum_h weights[t, h] * relu(softmax_scale * q[t, h] . k[s]), for s <= position[t].
+        score[t, s] = sum_h weights[t, h] * relu(softmax_scale * q[t, h] . k[s]), for s <= position[t];
+        with an FP8 pool, q is quantized to e4m3 per (token, head) as the keys are.
         """
+        q_in, w = fold_indexer_scales(q, weights, pool.fp8, softmax_scale)
+        keys = pool.buffer[pool.index_of_layer[layer]]
+        context = per_token_context_lens(batch)
         out = torch.full((batch.num_tokens, topk), -1, dtype=torch.int32, device=q.device)
-        context = per_token_context_lens(batch).view(-1)
         offsets = batch.token_offsets
         for r in range(batch.batch_size):
             rows = slice(offsets[r], offsets[r + 1])
-            kv_len = int(batch.seq_lens[r])
-            keys = pool.load(layer, batch.slots(r, torch.arange(kv_len, device=q.device)))
-            scores = torch.relu(torch.matmul(q[rows].float(), keys.float().T) * softmax_scale)
-            logits = torch.matmul(weights[rows].float().unsqueeze(1), scores).squeeze(1)  # [n, kv_len]
-            visible = torch.arange(kv_len, device=q.device)[None, :] < context[rows, None]
-            logits = logits.masked_fill(~visible, float("-inf"))
-            k = min(topk, kv_len)
-            values, indices = logits.topk(k, dim=-1)
-            out[rows, :k] = torch.where(values == float("-inf"), -1, indices).to(torch.int32)
+            n = offsets[r + 1] - offsets[r]
+            logits = ref.paged_indexer_logits_ref(q_in[rows], w[rows], keys, batch.block_table[r : r + 1],
+                                                  context[rows], batch.page_size, int(batch.seq_lens[r]), n)
+            out[rows] = ref.topk_positions_ref(logits, context[rows], topk)
         return out
 
     def sparse_mla(self, q: torch.Tensor, pool: MlaKVPool, layer: int, batch: ForwardBatch,
                    topk_positions: torch.Tensor, softmax_scale: float) -> torch.Tensor:
         """Absorbed MLA: q [T, heads, kv_lora_rank + rope] over the selected latents -> [T, heads, kv_lora_rank]."""
-        out = q.new_empty(q.shape[0], q.shape[1], pool.kv_lora_rank)
-        offsets = batch.token_offsets
-        for r in range(batch.batch_size):
-            for start in range(offsets[r], offsets[r + 1], _QUERY_CHUNK):
-                rows = slice(start, min(start + _QUERY_CHUNK, offsets[r + 1]))
-                positions = topk_positions[rows].long()
-                kv = pool.load(layer, batch.slots(r, positions.clamp(min=0)))  # [n, topk, 576]
-                scores = torch.einsum("nhd,nkd->nhk", q[rows].float(), kv.float()) * softmax_scale
-                scores = scores.masked_fill((positions < 0)[:, None, :], float("-inf"))
-                probs = torch.softmax(scores, dim=-1)
-                out[rows] = torch.einsum("nhk,nkc->nhc", probs, kv[..., : pool.kv_lora_rank].float()).to(q.dtype)
-        return out
+        slots = positions_to_slots(batch, topk_positions)
+        out, _ = ref.sparse_mla_ref(q, pool.buffer[layer], slots, softmax_scale, v_dim=pool.kv_lora_rank)
+        return out.to(q.dtype)
+
+
+@functools.cache
+def _note_fallback(what: str) -> None:
+    log.info("DSA kernel backend: %s uses the PyTorch reference", what)
+
+
+class KernelDsaBackend:
+    """The two DSA steps through dsa_kernels (GPU). What the kernels do not cover falls back to the
+    reference, logged once: the indexer over an exact ("auto") key pool (the kernels read only the
+    FP8 layout), and sparse MLA unless q and an exact pool are bf16."""
+
+    def __init__(self):
+        self.reference = TorchDsaBackend()
+
+    def indexer_topk(self, q: torch.Tensor, weights: torch.Tensor, pool: IndexerKeyPool, layer: int,
+                     batch: ForwardBatch, topk: int, softmax_scale: float) -> torch.Tensor:
+        """Same contract as TorchDsaBackend.indexer_topk."""
+        import dsa_kernels
+
+        if not pool.fp8 or q.shape[-1] != 128:
+            _note_fallback("the indexer over an exact (kv_cache_dtype='auto') key pool")
+            return self.reference.indexer_topk(q, weights, pool, layer, batch, topk, softmax_scale)
+        q_fp8, w = fold_indexer_scales(q, weights, True, softmax_scale)
+        keys = pool.buffer[pool.index_of_layer[layer]]
+        context = per_token_context_lens(batch)
+        if batch.mode is ForwardMode.EXTEND:
+            logits, starts = self._ragged_logits(q_fp8, w, keys, batch)
+        else:
+            logits, starts = self._paged_logits(q_fp8, w, keys, batch, context), None
+        # The ragged transform with zero offsets leaves positions within the request.
+        zeros = torch.zeros(batch.num_tokens, dtype=torch.int32, device=q.device)
+        return dsa_kernels.topk_transform(logits, context, topk, "ragged", row_starts=starts, offsets=zeros)
+
+    @staticmethod
+    def _paged_logits(q_fp8, w, keys, batch: ForwardBatch, context) -> torch.Tensor:
+        import dsa_kernels
+
+        max_len = int(batch.seq_lens.max())
+        if batch.mode is ForwardMode.DECODE:
+            table, next_n = batch.block_table, 1
+        elif batch.num_tokens % batch.batch_size == 0 and bool(
+                (batch.extend_lens == batch.num_tokens // batch.batch_size).all()):
+            table, next_n = batch.block_table, batch.num_tokens // batch.batch_size  # verify: next_n each
+        else:
+            table, next_n = batch.block_table[request_of_token(batch)], 1  # uneven: one table row per token
+        return dsa_kernels.paged_indexer_logits(q_fp8, w, keys, table.contiguous(), context,
+                                                page_size=batch.page_size, max_context_len=max_len, next_n=next_n)
+
+    @staticmethod
+    def _ragged_logits(q_fp8, w, keys, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gather every request's keys [0, seq_len) into one buffer; query t sees its request's
+        range up to its own position. -> (logits [T, sum seq_lens], row starts [T] int32)."""
+        import dsa_kernels
+
+        seq_lens = batch.seq_lens.long()
+        base = torch.cumsum(seq_lens, 0) - seq_lens
+        num_keys = int(seq_lens.sum())
+        req_of_key = torch.repeat_interleave(torch.arange(batch.batch_size, device=seq_lens.device), seq_lens,
+                                             output_size=num_keys)
+        pos = torch.arange(num_keys, device=seq_lens.device) - base[req_of_key]
+        slots = batch.block_table.long()[req_of_key, pos // batch.page_size] * batch.page_size + pos % batch.page_size
+        k_fp8, k_scale = ref.gather_index_keys_ref(keys, slots, batch.page_size)
+        start = base[request_of_token(batch)]
+        end = start + batch.positions.long() + 1
+        logits = dsa_kernels.ragged_indexer_logits(q_fp8, w, k_fp8.contiguous(), k_scale, start.int(), end.int())
+        return logits, start.int()
+
+    def sparse_mla(self, q: torch.Tensor, pool: MlaKVPool, layer: int, batch: ForwardBatch,
+                   topk_positions: torch.Tensor, softmax_scale: float) -> torch.Tensor:
+        """Same contract as TorchDsaBackend.sparse_mla."""
+        import dsa_kernels
+
+        kv = pool.buffer[layer]
+        if q.dtype != torch.bfloat16 or not (pool.fp8 or kv.dtype == torch.bfloat16) or q.shape[-1] != 576:
+            _note_fallback(f"sparse MLA with q {q.dtype} over a {kv.dtype} pool")
+            return self.reference.sparse_mla(q, pool, layer, batch, topk_positions, softmax_scale)
+        slots = positions_to_slots(batch, topk_positions).contiguous()
+        heads = q.shape[1]
+        if heads % 64:  # FlashMLA and the Triton tiles take heads in multiples of 64; pad with zero queries
+            q = torch.cat([q, q.new_zeros(q.shape[0], 64 - heads % 64, q.shape[2])], dim=1)
+        q = q.contiguous()
+        if pool.fp8 or batch.mode is not ForwardMode.EXTEND:
+            out, _ = dsa_kernels.sparse_mla_decode(q, kv, slots, softmax_scale)
+        else:  # a bf16 pool is a plain [S, 576] KV buffer for the sparse prefill kernel
+            out, _ = dsa_kernels.sparse_mla_prefill(q, kv, slots, softmax_scale)
+        return out[:, :heads]
+
+
+def default_backend(device: torch.device | str):
+    """The kernel backend on CUDA, the reference elsewhere or without Triton (absent DeepGEMM /
+    FlashMLA are no error: dsa_kernels falls back to its Triton kernels)."""
+    if torch.device(device).type == "cuda" and importlib.util.find_spec("triton") is not None:
+        return _kernel_backend()
+    return _torch_backend()
+
+
+@functools.cache
+def _kernel_backend() -> KernelDsaBackend:
+    return KernelDsaBackend()
+
+
+@functools.cache
+def _torch_backend() -> TorchDsaBackend:
+    return TorchDsaBackend()

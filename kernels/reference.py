@@ -30,6 +30,8 @@ from dsa_backend.cache.layout import (
 )
 
 FP8 = torch.float8_e4m3fn
+# Query tokens per step of the references' loops: bounds the [tokens, heads, keys] intermediates.
+_TOKEN_CHUNK = 256
 
 
 def hadamard_matrix(n: int = INDEX_HEAD_DIM, device=None) -> torch.Tensor:
@@ -83,8 +85,13 @@ def store_mla_ref(pool: torch.Tensor, latent: torch.Tensor, rope: torch.Tensor, 
 
 
 def gather_index_keys_ref(pool: torch.Tensor, slots: torch.Tensor, page_size: int):
-    """Read back keys at slots [T] -> (values [T, 128] e4m3, scales [T] float32)."""
+    """Read back keys at slots [T] -> (values [T, 128] e4m3, scales [T] float32).
+
+    An exact pool ([slots, D] in a float dtype, kv_cache_dtype "auto") gives its rows and unit scales.
+    """
     slots = slots.long()
+    if pool.dtype != torch.uint8:
+        return pool[slots], torch.ones(slots.shape[0], device=pool.device)
     page, off = slots // page_size, slots % page_size
     cols = off[:, None] * INDEX_HEAD_DIM + torch.arange(INDEX_HEAD_DIM, device=pool.device)
     values = pool[page[:, None], cols].view(FP8)
@@ -98,8 +105,8 @@ def gather_index_keys_ref(pool: torch.Tensor, slots: torch.Tensor, page_size: in
 
 def _scores(q: torch.Tensor, w: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor) -> torch.Tensor:
     """q [N, H, D] e4m3, w [N, H], k [T, D] e4m3, k_scale [T] -> [N, T] float32."""
-    dots = torch.einsum("nhd,td->nht", q.float(), k.float())
-    return (dots.relu() * w.float()[:, :, None]).sum(1) * k_scale.float()[None, :]
+    dots = torch.matmul(q.float(), k.float().T).relu_()  # [N, H, T]
+    return torch.matmul(w.float().unsqueeze(1), dots).squeeze(1) * k_scale.float()[None, :]
 
 
 def paged_indexer_logits_ref(
@@ -112,22 +119,28 @@ def paged_indexer_logits_ref(
     max_context_len: int,
     next_n: int = 1,
 ) -> torch.Tensor:
-    """Logits [N, max_context_len] float32 of q [N, 64, 128] e4m3 against the paged key cache.
+    """Logits [N, max_context_len] float32 of q [N, H, 128] e4m3 against the paged key cache.
 
     Token i belongs to request i // next_n (block_table row); context_lens [N] (or [N, 1]) is its
-    own causal key count.
+    own causal key count. index_pool is the FP8 page layout, or an exact [slots, D] pool (then q
+    is float too and the key scales are 1).
     """
-    lens = context_lens.reshape(-1).long()
+    lens = context_lens.reshape(-1).long().clamp(max=max_context_len)
     n = q_fp8.shape[0]
     out = torch.full((n, max_context_len), float("-inf"), device=q_fp8.device)
-    for i in range(n):
-        length = int(min(lens[i], max_context_len))
+    # One key gather per request, shared by its next_n tokens; tokens in chunks bound [chunk, H, keys].
+    for b in range(n // next_n if next_n else 0):
+        first, last = b * next_n, (b + 1) * next_n
+        length = int(lens[first:last].max())
         if length == 0:
             continue
         pos = torch.arange(length, device=q_fp8.device)
-        slots = block_table[i // next_n, pos // page_size].long() * page_size + pos % page_size
+        slots = block_table[b, pos // page_size].long() * page_size + pos % page_size
         k, k_scale = gather_index_keys_ref(index_pool, slots, page_size)
-        out[i, :length] = _scores(q_fp8[i : i + 1], weights[i : i + 1], k, k_scale)[0]
+        for s in range(first, last, _TOKEN_CHUNK):
+            e = min(s + _TOKEN_CHUNK, last)
+            visible = pos[None, :] < lens[s:e, None]
+            out[s:e, :length] = _scores(q_fp8[s:e], weights[s:e], k, k_scale).masked_fill(~visible, float("-inf"))
     return out
 
 
@@ -199,7 +212,8 @@ def ragged_transform_ref(positions: torch.Tensor, offsets: torch.Tensor | None) 
 
 
 def dequantize_mla_rows(kv_pool: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """kv_pool rows [...] -> [..., 576] float32, from a bf16 [S, 576] or FP8 uint8 [S, 656] pool."""
+    """kv_pool rows [...] -> [..., 576] float32, from a bf16 [S, 576] or FP8 uint8 [S, 656] pool
+    (an exact pool of another width gives rows of its own width)."""
     flat = rows.reshape(-1).long()
     if kv_pool.dtype == torch.uint8:
         if kv_pool.shape[-1] != MLA_FP8_BYTES:
@@ -207,19 +221,20 @@ def dequantize_mla_rows(kv_pool: torch.Tensor, rows: torch.Tensor) -> torch.Tens
         kv = unpack_mla_fp8(kv_pool[flat])
     else:
         kv = kv_pool[flat].float()
-    return kv.view(*rows.shape, KV_LORA_RANK + ROPE_DIM)
+    return kv.view(*rows.shape, kv.shape[-1])
 
 
 def sparse_mla_ref(
-    q: torch.Tensor, kv_pool: torch.Tensor, indices: torch.Tensor, sm_scale: float, chunk: int = 64
+    q: torch.Tensor, kv_pool: torch.Tensor, indices: torch.Tensor, sm_scale: float, chunk: int = 64,
+    v_dim: int = KV_LORA_RANK,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of q [N, H, 576] over kv_pool rows indices [N, topk] (-1 = skip), in float32.
 
     Returns out [N, H, 512] float32 and lse [N, H] float32 (natural log; -inf for a row with no
-    valid index, whose output is 0). V is the first 512 dims of each latent row.
+    valid index, whose output is 0). V is the first v_dim (512) dims of each latent row.
     """
     n, h, _ = q.shape
-    out = torch.zeros(n, h, KV_LORA_RANK, device=q.device)
+    out = torch.zeros(n, h, v_dim, device=q.device)
     lse = torch.full((n, h), float("-inf"), device=q.device)
     num_slots = kv_pool.shape[0]
     for s in range(0, n, chunk):
@@ -230,7 +245,7 @@ def sparse_mla_ref(
         scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
         row_lse = torch.logsumexp(scores, dim=-1)
         probs = torch.exp(scores - row_lse[..., None]).nan_to_num(0.0)
-        out[s : s + chunk] = torch.einsum("nht,ntd->nhd", probs, kv[..., :KV_LORA_RANK])
+        out[s : s + chunk] = torch.einsum("nht,ntd->nhd", probs, kv[..., :v_dim])
         lse[s : s + chunk] = row_lse
     return out, lse
 

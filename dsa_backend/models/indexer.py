@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from dsa_backend.batch import ForwardBatch
 from dsa_backend.cache import KVCache
-from dsa_backend.cache.layout import dequantize_fp8_rows, quantize_fp8_rows
 from dsa_backend.config import ModelConfig
 from dsa_backend.models.layers import apply_rope
-
-
-def hadamard_matrix(n: int) -> torch.Tensor:
-    """Orthonormal Sylvester Hadamard matrix [n, n]; n a power of two."""
-    if n & (n - 1):
-        raise ValueError(f"Hadamard size must be a power of two, got {n}")
-    h = torch.ones(1, 1)
-    while h.shape[0] < n:
-        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-    return h / math.sqrt(n)
+from dsa_kernels.reference import hadamard_matrix
 
 
 class Indexer(nn.Module):
@@ -35,6 +23,13 @@ class Indexer(nn.Module):
         self.k_norm = nn.LayerNorm(c.index_head_dim, eps=1e-6)
         self.weights_proj = nn.Linear(c.hidden_size, c.index_n_heads, bias=False)
         self.softmax_scale = c.index_head_dim**-0.5
+        self._hadamard: dict = {}  # (device, dtype) -> [D, D]; built once, not a checkpoint tensor
+
+    def _rotation(self, like: torch.Tensor) -> torch.Tensor:
+        key = (like.device, like.dtype)
+        if key not in self._hadamard:
+            self._hadamard[key] = hadamard_matrix(self.c.index_head_dim).to(like.device, like.dtype)
+        return self._hadamard[key]
 
     def forward(self, x: torch.Tensor, q_lora: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 batch: ForwardBatch, cache: KVCache, backend) -> torch.Tensor:
@@ -46,10 +41,10 @@ class Indexer(nn.Module):
         q = torch.cat([apply_rope(q[..., :r], cos, sin, c.indexer_rope_interleaved), q[..., r:]], dim=-1)
         k = torch.cat([apply_rope(k[..., :r], cos, sin, c.indexer_rope_interleaved), k[..., r:]], dim=-1)
         if cache.indexer.fp8:
-            # Rotating both sides keeps q.k and spreads outliers before e4m3 quantization.
-            h = hadamard_matrix(c.index_head_dim).to(q.device, q.dtype)
+            # Rotating both sides keeps q.k and spreads outliers before e4m3 quantization (the pool
+            # quantizes k, the backend q).
+            h = self._rotation(q)
             q, k = q @ h, k @ h
-            q = dequantize_fp8_rows(*quantize_fp8_rows(q, c.index_head_dim)).to(q.dtype)
         cache.indexer.store(self.layer_id, batch.out_cache_loc, k)
         # The head weights stay in float32, as in the releases.
         weights = F.linear(x.float(), self.weights_proj.weight.float()) * c.index_n_heads**-0.5

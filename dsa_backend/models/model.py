@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from dsa_backend.attention import TorchDsaBackend
+from dsa_backend.attention import default_backend
 from dsa_backend.batch import ForwardBatch
 from dsa_backend.cache import KVCache
 from dsa_backend.config import ModelConfig
@@ -77,7 +77,10 @@ class DsaForCausalLM(nn.Module):
         self.mtp = nn.ModuleList(MtpLayer(c, c.num_hidden_layers + j, mtp_has_indexer)
                                  for j in range(c.num_nextn_predict_layers))
         self.rotary = RotaryEmbedding(c.rope)
-        self.backend = backend or TorchDsaBackend()
+        self.backend = backend  # None: chosen by device (kernels on CUDA, the reference on CPU)
+
+    def _backend(self, batch: ForwardBatch):
+        return self.backend or default_backend(batch.input_ids.device)
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
@@ -87,8 +90,9 @@ class DsaForCausalLM(nn.Module):
         cos, sin = self.rotary(batch.positions)
         x = self.model.embed_tokens(batch.input_ids)
         topk = None
+        backend = self._backend(batch)
         for layer in self.model.layers:
-            x, topk = layer(x, cos, sin, batch, cache, self.backend, topk)
+            x, topk = layer(x, cos, sin, batch, cache, backend, topk)
         hidden = self.model.norm(x)
         return ForwardOutput(self._head(hidden[batch.logits_rows]), hidden, topk)
 
@@ -102,6 +106,6 @@ class DsaForCausalLM(nn.Module):
         cos, sin = self.rotary(batch.positions)
         embedded = self.model.embed_tokens(batch.input_ids)
         x = mtp.eh_proj(torch.cat([mtp.enorm(embedded), mtp.hnorm(target_hidden)], dim=-1))
-        x, topk = mtp.decoder(x, cos, sin, batch, cache, self.backend, target_topk)
+        x, topk = mtp.decoder(x, cos, sin, batch, cache, self._backend(batch), target_topk)
         hidden = mtp.shared_head.norm(x)
         return ForwardOutput(self._head(hidden[batch.logits_rows]), hidden, topk)

@@ -1,15 +1,21 @@
 """Kernel tests run the Triton kernels on the CPU through Triton's interpreter, at tiny sizes.
 
 TRITON_INTERPRET must be set before any kernel module is imported (triton.jit reads it when a
-kernel is defined), so it is set here, at collection time.
+kernel is defined), so it is set here, when this conftest is configured during collection. A run
+that selects GPU tests (`-m gpu`) leaves it unset: the environment is the whole session's, and
+the GPU tests elsewhere must run compiled kernels.
 """
 
 import os
+import re
 
-os.environ["TRITON_INTERPRET"] = "1"
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+
+def pytest_configure(config):
+    if not re.search(r"(?<!not )\bgpu\b", config.getoption("markexpr") or ""):
+        os.environ["TRITON_INTERPRET"] = "1"
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,178 @@
+"""The DSA attention backends: the kernel backend against the reference, on the same pools.
+
+On the CPU, KernelDsaBackend runs through dsa_kernels' CPU path (the references), which checks
+what it adapts at the boundary: folded scales, the ragged key buffer of EXTEND, the next_n and
+per-token block tables of the paged modes, positions <-> slots, padded heads. The GPU tests
+(marked gpu) run the Triton / DeepGEMM / FlashMLA kernels against the reference on the same GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from checkpoints import random_prompts
+from dsa_backend.attention import KernelDsaBackend, TorchDsaBackend, default_backend, per_token_context_lens
+from dsa_backend.batch import ForwardBatch, ForwardMode
+from dsa_backend.cache import KVCache, pages_needed
+from dsa_backend.config import ModelConfig
+from dsa_backend.tools.make_checkpoint import make_config
+
+PAGE = 4
+TOPK = 8
+HEADS = 16
+
+
+@pytest.fixture(scope="module")
+def config():
+    return ModelConfig.from_dict(make_config("deepseek_v32", "tiny"))
+
+
+def _filled_cache(config, kv_cache_dtype, lengths, seed=0):
+    """A cache holding random keys and latents for requests of these lengths, and their pages."""
+    gen = torch.Generator().manual_seed(seed)
+    cache = KVCache(config, 64, PAGE, dtype=torch.bfloat16, kv_cache_dtype=kv_cache_dtype)
+    pages = [cache.allocator.allocate(pages_needed(n, PAGE)) for n in lengths]
+    prefill = ForwardBatch.build(ForwardMode.EXTEND, [[1] * n for n in lengths], [0] * len(lengths), pages, PAGE)
+    slots = prefill.out_cache_loc
+    for layer in cache.indexer.index_of_layer:
+        cache.indexer.store(layer, slots, torch.randn(len(slots), 128, generator=gen))
+    cache.mla.store(0, slots, torch.randn(len(slots), 512, generator=gen), torch.randn(len(slots), 64, generator=gen))
+    return cache, pages
+
+
+def _batches(lengths, pages):
+    """One batch per mode over requests whose KV already holds `lengths` tokens."""
+    yield ForwardBatch.build(ForwardMode.EXTEND, [[1] * n for n in lengths], [0] * len(lengths), pages, PAGE)
+    yield ForwardBatch.build(ForwardMode.DECODE, [[1]] * len(lengths), [n - 1 for n in lengths], pages, PAGE)
+    yield ForwardBatch.build(ForwardMode.TARGET_VERIFY, [[1] * 3] * len(lengths), [n - 3 for n in lengths], pages, PAGE)
+    uneven = [1 + r % 3 for r in range(len(lengths))]
+    yield ForwardBatch.build(ForwardMode.DRAFT_EXTEND, [[1] * u for u in uneven],
+                             [n - u for n, u in zip(lengths, uneven)], pages, PAGE)
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8", "auto"])
+def test_kernel_backend_topk_and_attention_equal_the_reference_in_every_mode(config, kv_cache_dtype):
+    lengths = [5, 13, 21]  # one shorter than TOPK (dense), two sparse
+    cache, pages = _filled_cache(config, kv_cache_dtype, lengths)
+    layer = next(iter(cache.indexer.index_of_layer))
+    gen = torch.Generator().manual_seed(1)
+    for batch in _batches(lengths, pages):
+        q = torch.randn(batch.num_tokens, HEADS, 128, generator=gen)
+        w = torch.randn(batch.num_tokens, HEADS, generator=gen)
+        want = TorchDsaBackend().indexer_topk(q, w, cache.indexer, layer, batch, TOPK, 0.1)
+        got = KernelDsaBackend().indexer_topk(q, w, cache.indexer, layer, batch, TOPK, 0.1)
+        assert got.shape == want.shape == (batch.num_tokens, TOPK), batch.mode
+        assert torch.equal(got, want), batch.mode  # both ascending, -1 padded
+        visible = per_token_context_lens(batch)
+        assert ((got < visible) | (got == -1)).all()
+        qa = torch.randn(batch.num_tokens, 4, 576, generator=gen).bfloat16()  # 4 heads: padded to 64
+        out_ref = TorchDsaBackend().sparse_mla(qa, cache.mla, 0, batch, want, 0.05)
+        out = KernelDsaBackend().sparse_mla(qa, cache.mla, 0, batch, got, 0.05)
+        assert out.shape == (batch.num_tokens, 4, 512) and out.dtype == torch.bfloat16
+        torch.testing.assert_close(out.float(), out_ref.float(), rtol=0, atol=1e-2)
+
+
+def test_reference_topk_is_the_top_of_the_scores(config):
+    # score[t, s] = sum_h w relu(scale q.k): recomputed densely from the exact pool.
+    lengths = [11]
+    cache, pages = _filled_cache(config, "auto", lengths)
+    layer = next(iter(cache.indexer.index_of_layer))
+    batch = ForwardBatch.build(ForwardMode.DECODE, [[1]], [10], pages, PAGE)
+    q, w = torch.randn(1, HEADS, 128), torch.rand(1, HEADS)
+    keys = cache.indexer.load(layer, batch.slots(0, torch.arange(11))).float()
+    scores = (torch.relu(0.1 * torch.einsum("hd,sd->hs", q[0], keys)) * w[0, :, None]).sum(0)
+    got = TorchDsaBackend().indexer_topk(q, w, cache.indexer, layer, batch, TOPK, 0.1)
+    assert set(got[0].tolist()) == set(scores.topk(TOPK).indices.tolist())
+
+
+def test_backend_is_chosen_by_device():
+    assert isinstance(default_backend("cpu"), TorchDsaBackend)
+
+
+# ---------------------------------------------------------------- GPU: kernels vs reference
+
+gpu = pytest.mark.gpu
+# Tolerances (bf16 model, random tiny checkpoint, 4 layers). Top-k of the first full layer, whose
+# input is identical: the kernels' fp8 MMA accumulates with reduced precision, which may swap
+# near-tied keys at the boundary, so >= 97% of the selected positions agree. Final logits move by
+# the bf16 rounding of different summation orders plus those swaps, amplified by every layer:
+# within 0.1 of each other relative to their largest magnitude.
+TOPK_OVERLAP = 0.97
+LOGITS_RTOL = 0.1
+
+
+def _prefill_then_decode(model, cache_dtype, prompts, backend):
+    """Layer 0's top-k of each forward and the logits of a prefill and one decode step."""
+    cache = KVCache(model.config, 16, 64, dtype=torch.bfloat16, kv_cache_dtype=cache_dtype, device="cuda")
+    pages = [cache.allocator.allocate(pages_needed(len(p) + 1, 64)) for p in prompts]
+    captured = []
+    handle = model.model.layers[0].self_attn.indexer.register_forward_hook(lambda m, i, o: captured.append(o))
+    model.backend = backend
+    try:
+        batch = ForwardBatch.build(ForwardMode.EXTEND, prompts, [0] * len(prompts), pages, 64, "cuda")
+        out = model(batch, cache)
+        step = ForwardBatch.build(ForwardMode.DECODE, [[int(t)] for t in out.logits.argmax(-1)],
+                                  [len(p) for p in prompts], pages, 64, "cuda")
+        decoded = model(step, cache)
+    finally:
+        handle.remove()
+        model.backend = None
+    return captured, out.logits.float(), decoded.logits.float()
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> float:
+    hits = total = 0
+    for x, y in zip(a.tolist(), b.tolist()):
+        sx, sy = {i for i in x if i >= 0}, {i for i in y if i >= 0}
+        hits += len(sx & sy)
+        total += max(len(sy), 1)
+    return hits / total
+
+
+@gpu
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8", "auto"])
+def test_model_with_kernel_backend_matches_the_reference_on_cuda(checkpoint, kv_cache_dtype):
+    from dsa_backend.models import load_model
+
+    model, _ = load_model(checkpoint("deepseek_v32"), torch.bfloat16, "cuda")
+    prompts = random_prompts((20, 45, 70, 100), seed=5)
+    ref_topk, ref_logits, ref_decode = _prefill_then_decode(model, kv_cache_dtype, prompts, TorchDsaBackend())
+    topk, logits, decode = _prefill_then_decode(model, kv_cache_dtype, prompts, KernelDsaBackend())
+    overlap = [_overlap(a, b) for a, b in zip(topk, ref_topk)]  # prefill, then decode
+    rel = [float((x - y).abs().max() / y.abs().max()) for x, y in ((logits, ref_logits), (decode, ref_decode))]
+    print(f"\n[{kv_cache_dtype}] layer-0 top-k overlap prefill/decode {overlap}, "
+          f"logits max rel diff prefill/decode {rel}, argmax agree "
+          f"{(logits.argmax(-1) == ref_logits.argmax(-1)).float().mean():.2f}")
+    assert min(overlap) >= TOPK_OVERLAP
+    assert max(rel) <= LOGITS_RTOL
+
+
+@gpu
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8", "auto"])
+def test_engine_greedy_outputs_agree_across_backends_on_cuda(checkpoint, kv_cache_dtype):
+    from dsa_backend.engine import Engine, EngineArgs
+    from dsa_backend.sampling_params import SamplingParams
+
+    prompts = random_prompts((20, 45, 70, 100, 130, 33), seed=7)
+    params = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+    results = {}
+    engine = Engine(EngineArgs(model=str(checkpoint("deepseek_v32")), device="cuda", dtype="bfloat16",
+                               kv_cache_dtype=kv_cache_dtype, num_kv_pages=64, page_size=64))
+    for name, backend in (("torch", TorchDsaBackend()), ("kernel", KernelDsaBackend())):
+        engine.model.backend = backend
+        outs: dict[str, list[int]] = {f"{name}-{i}": [] for i in range(len(prompts))}
+        for i, p in enumerate(prompts):
+            engine.add_request(f"{name}-{i}", p, params)
+        finished = 0
+        while finished < len(prompts):
+            for o in engine.step():
+                outs[o.request_id].extend(o.new_token_ids)
+                finished += o.finished
+        results[name] = [outs[f"{name}-{i}"] for i in range(len(prompts))]
+    # Greedy runs diverge for good after the first flipped argmax; count the common prefix.
+    same = sum(next((j for j, (a, b) in enumerate(zip(x, y)) if a != b), len(x))
+               for x, y in zip(results["kernel"], results["torch"]))
+    total = sum(len(x) for x in results["torch"])
+    print(f"\n[{kv_cache_dtype}] greedy tokens in the common prefix: {same}/{total}")
+    assert same >= 0.75 * total
