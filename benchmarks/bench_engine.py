@@ -21,6 +21,9 @@ from dsa_backend.engine import Engine, EngineArgs
 from dsa_backend.sampling_params import SamplingParams
 
 
+_MAX_TOKENS = 512
+
+
 def _sync(engine: Engine) -> None:
     if engine.device.type == "cuda":
         torch.cuda.synchronize()
@@ -30,7 +33,9 @@ def decode_throughput(engine: Engine, backend, batch: int, prompt_len: int, step
                       tag: str) -> dict:
     engine.model.backend = backend
     gen = torch.Generator().manual_seed(0)
-    params = SamplingParams(max_tokens=warmup + steps + 1, temperature=0, ignore_eos=True)
+    # Requests prefilled first decode while later ones prefill, so no request may run out of
+    # max_tokens inside the timed window: time a fixed number of steps, then abort what is left.
+    params = SamplingParams(max_tokens=_MAX_TOKENS, temperature=0, ignore_eos=True)
     for i in range(batch):
         engine.add_request(f"{tag}-{i}", torch.randint(2, 128000, (prompt_len,), generator=gen).tolist(), params)
     produced = {f"{tag}-{i}": 0 for i in range(batch)}
@@ -40,16 +45,17 @@ def decode_throughput(engine: Engine, backend, batch: int, prompt_len: int, step
             produced[out.request_id] += len(out.new_token_ids)
     _sync(engine)
     t0 = time.perf_counter()
-    tokens = n_steps = 0
-    while tokens < batch * steps:
-        outs = engine.step()
-        tokens += sum(len(o.new_token_ids) for o in outs)
-        n_steps += 1
+    tokens = 0
+    for _ in range(steps):
+        tokens += sum(len(o.new_token_ids) for o in engine.step())
     _sync(engine)
     elapsed = time.perf_counter() - t0
+    n_steps = steps
     print(f"{tag}: {n_steps} decode steps, {tokens / elapsed:.1f} tokens/s "
           f"(prefill + warm-up {t0 - t_prefill:.1f} s)", flush=True)
-    while engine.step():  # finish what is left (nothing, normally), freeing the pages
+    for rid in produced:
+        engine.abort(rid)
+    while engine.step():  # let the aborts free their pages
         pass
     return dict(backend=tag, decode_steps=n_steps, tokens=tokens, seconds=round(elapsed, 4),
                 tokens_per_s=round(tokens / elapsed, 1), step_ms=round(1000 * elapsed / n_steps, 2),
@@ -67,7 +73,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--json")
     a = ap.parse_args()
-    pages = a.batch * (-(-(a.prompt_len + a.warmup + a.steps + 2) // 64)) + 8
+    pages = a.batch * (-(-(a.prompt_len + _MAX_TOKENS) // 64)) + 8
     t = time.perf_counter()
     engine = Engine(EngineArgs(model=a.model, device=a.device, kv_cache_dtype=a.kv_cache_dtype, num_kv_pages=pages,
                                max_running_requests=a.batch, max_num_batched_tokens=8192))
