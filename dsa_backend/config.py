@@ -11,6 +11,10 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 ARCHITECTURES = {
     # architecture -> whether the indexer's RoPE is interleaved (GLM) or half-split (V3.2)
