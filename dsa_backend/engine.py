@@ -28,6 +28,7 @@ from dsa_backend.sequence import Sequence
 from dsa_backend.spec.acceptance import accept_drafts
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.drafter import DraftInput, MtpDrafter
+from dsa_kernels.batch_invariant import enable_batch_invariant_mode
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class EngineArgs:
     max_num_batched_tokens: int = 2048   # token budget of one step (the prefill chunk size)
     max_model_len: int | None = None     # None: the checkpoint's max_position_embeddings
     seed: int = 0
+    batch_invariant: bool = False        # GPU: row-invariant GEMM / norm kernels, so greedy output is batch-invariant
     speculative_algorithm: str | None = None  # "mtp" / "eagle": draft with the checkpoint's MTP layer
     speculative_num_steps: int = 1
     speculative_eagle_topk: int = 1
@@ -93,6 +95,8 @@ class Engine:
         self.device = args.resolved_device()
         self.dtype = args.resolved_dtype(self.device)
         self.config = ModelConfig.from_pretrained(args.model)
+        if args.batch_invariant:
+            enable_batch_invariant_mode(self.device)
         self.model, info = load_model(args.model, self.dtype, self.device, self.config)
         self.max_model_len = args.max_model_len or self.config.max_position_embeddings
         num_pages = args.num_kv_pages or self._pages_from_memory()

@@ -25,6 +25,7 @@ def engine_args(params: dict[str, str], device: str) -> EngineArgs:
         max_running_requests=_int(params, "max_running_requests", "64"),
         max_num_batched_tokens=_int(params, "max_num_batched_tokens", "2048"),
         max_model_len=_optional_int(params, "max_model_len"),
+        batch_invariant=_bool(params, "batch_invariant", "false"),
         **spec)
 
 
@@ -54,6 +55,13 @@ def _int(params: dict[str, str], key: str, default: str) -> int:
         return int(value)
     except ValueError:
         raise ValueError(f"{key} must be an integer, got {value!r}") from None
+
+
+def _bool(params: dict[str, str], key: str, default: str) -> bool:
+    value = params.get(key, default).strip().lower() or default
+    if value not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+    return value in ("true", "1", "yes", "on")
 
 
 def _optional_int(params: dict[str, str], key: str) -> int | None:
