@@ -11,7 +11,6 @@ and the partial results are merged by their log-sum-exp (split-K, as FlashMLA do
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
@@ -20,18 +19,9 @@ import triton.language as tl
 from dsa_backend.cache.layout import KV_LORA_RANK, MLA_FP8_BYTES, ROPE_DIM
 
 from .cache_store import _to_bf16
+from .triton_dot import INTERPRET, dot
 
 _LOG2E = 1.4426950408889634
-# Triton 3.9's interpreter multiplies bf16 tiles wrongly (values come out ~1e10): on the CPU the
-# dots run on float32 copies instead; on the GPU they stay bf16 tensor-core dots.
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-
-@triton.jit
-def _dot(a, b, UPCAST: tl.constexpr):
-    if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    return tl.dot(a, b)
 
 
 @triton.jit
@@ -75,22 +65,22 @@ def _sparse_mla_kernel(
             s2 = tl.load(kv_f32_ptr + row // 4 + 130, mask=ok, other=0.0)
             s3 = tl.load(kv_f32_ptr + row // 4 + 131, mask=ok, other=0.0)
             kr = tl.load(kv_bf16_ptr + row[:, None] // 2 + 264 + dr[None, :], mask=ok[:, None], other=0.0)
-            qk = _dot(qr, tl.trans(kr), UPCAST)
-            qk += _dot(q0, tl.trans(k0), UPCAST) * s0[None, :]
-            qk += _dot(q1, tl.trans(k1), UPCAST) * s1[None, :]
-            qk += _dot(q2, tl.trans(k2), UPCAST) * s2[None, :]
-            qk += _dot(q3, tl.trans(k3), UPCAST) * s3[None, :]
+            qk = dot(qr, tl.trans(kr), UPCAST)
+            qk += dot(q0, tl.trans(k0), UPCAST) * s0[None, :]
+            qk += dot(q1, tl.trans(k1), UPCAST) * s1[None, :]
+            qk += dot(q2, tl.trans(k2), UPCAST) * s2[None, :]
+            qk += dot(q3, tl.trans(k3), UPCAST) * s3[None, :]
         else:
             k0 = tl.load(kv_ptr + row[:, None] + d[None, :], mask=ok[:, None], other=0.0)
             k1 = tl.load(kv_ptr + row[:, None] + 128 + d[None, :], mask=ok[:, None], other=0.0)
             k2 = tl.load(kv_ptr + row[:, None] + 256 + d[None, :], mask=ok[:, None], other=0.0)
             k3 = tl.load(kv_ptr + row[:, None] + 384 + d[None, :], mask=ok[:, None], other=0.0)
             kr = tl.load(kv_ptr + row[:, None] + 512 + dr[None, :], mask=ok[:, None], other=0.0)
-            qk = _dot(qr, tl.trans(kr), UPCAST)
-            qk += _dot(q0, tl.trans(k0), UPCAST)
-            qk += _dot(q1, tl.trans(k1), UPCAST)
-            qk += _dot(q2, tl.trans(k2), UPCAST)
-            qk += _dot(q3, tl.trans(k3), UPCAST)
+            qk = dot(qr, tl.trans(kr), UPCAST)
+            qk += dot(q0, tl.trans(k0), UPCAST)
+            qk += dot(q1, tl.trans(k1), UPCAST)
+            qk += dot(q2, tl.trans(k2), UPCAST)
+            qk += dot(q3, tl.trans(k3), UPCAST)
         qk = tl.where(ok[None, :], qk * scale_log2, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, axis=1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing valid yet
@@ -99,16 +89,16 @@ def _sparse_mla_kernel(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         m_i = m_new
         if FP8:
-            acc0 = acc0 * alpha[:, None] + _dot((p * s0[None, :]).to(tl.bfloat16), k0, UPCAST)
-            acc1 = acc1 * alpha[:, None] + _dot((p * s1[None, :]).to(tl.bfloat16), k1, UPCAST)
-            acc2 = acc2 * alpha[:, None] + _dot((p * s2[None, :]).to(tl.bfloat16), k2, UPCAST)
-            acc3 = acc3 * alpha[:, None] + _dot((p * s3[None, :]).to(tl.bfloat16), k3, UPCAST)
+            acc0 = acc0 * alpha[:, None] + dot((p * s0[None, :]).to(tl.bfloat16), k0, UPCAST)
+            acc1 = acc1 * alpha[:, None] + dot((p * s1[None, :]).to(tl.bfloat16), k1, UPCAST)
+            acc2 = acc2 * alpha[:, None] + dot((p * s2[None, :]).to(tl.bfloat16), k2, UPCAST)
+            acc3 = acc3 * alpha[:, None] + dot((p * s3[None, :]).to(tl.bfloat16), k3, UPCAST)
         else:
             pb = p.to(tl.bfloat16)
-            acc0 = acc0 * alpha[:, None] + _dot(pb, k0, UPCAST)
-            acc1 = acc1 * alpha[:, None] + _dot(pb, k1, UPCAST)
-            acc2 = acc2 * alpha[:, None] + _dot(pb, k2, UPCAST)
-            acc3 = acc3 * alpha[:, None] + _dot(pb, k3, UPCAST)
+            acc0 = acc0 * alpha[:, None] + dot(pb, k0, UPCAST)
+            acc1 = acc1 * alpha[:, None] + dot(pb, k1, UPCAST)
+            acc2 = acc2 * alpha[:, None] + dot(pb, k2, UPCAST)
+            acc3 = acc3 * alpha[:, None] + dot(pb, k3, UPCAST)
     has = l_i > 0
     l_safe = tl.where(has, l_i, 1.0)
     inv = tl.where(has, 1.0 / l_safe, 0.0)
@@ -177,7 +167,7 @@ def sparse_mla(
     _sparse_mla_kernel[grid](
         q, q.stride(0), q.stride(1), *views, stride_kv, kv_pool.shape[0],
         indices, indices.stride(0), topk, out, lse, sm_scale * _LOG2E, keys_per_split,
-        H=heads, FP8=fp8, UPCAST=_INTERPRET, **cfg,
+        H=heads, FP8=fp8, UPCAST=INTERPRET, **cfg,
     )
     if split == 1:
         return out.view(n, heads, KV_LORA_RANK), lse.view(n, heads) * math.log(2.0)

@@ -16,12 +16,10 @@ ENGINE = {"page_size": "16", "num_kv_pages": "64", "max_model_len": "512", "max_
           "dtype": os.environ.get("DSA_SERVING_TEST_DTYPE", "auto")}
 
 # For the modules whose reference ran in another batch than the served request (solo vs 32 at once,
-# a roomy pool vs retractions): on a GPU in bfloat16 the engine is not batch-invariant (cuBLAS picks
-# other kernels for other batch sizes, and bf16 logits tie often), so greedy text can part at a
-# near-tie (seen on an H200: one of 32 streams, after a few equal tokens). They serve float32 there, where
-# those comparisons hold; the CPU (float32 already) is unaffected, and DSA_SERVING_TEST_DTYPE wins.
-BATCH_INVARIANT = ({"dtype": "float32"} if torch.cuda.is_available() and "DSA_SERVING_TEST_DTYPE" not in os.environ
-                   else {})
+# a roomy pool vs retractions): on a GPU, cuBLAS picks other kernels for other batch sizes, so in
+# bfloat16 greedy text can part at a near-tie (seen on an H200: one of 32 streams). Those modules
+# serve with batch_invariant=true there (the offline reference too), which is what makes them equal.
+BATCH_INVARIANT = {"batch_invariant": "true"} if torch.cuda.is_available() else {}
 
 
 def served_device(settings: dict[str, str]) -> str:
@@ -41,7 +39,8 @@ def engine_kwargs(settings: dict[str, str]) -> dict:
     return {"device": served_device(settings), "dtype": settings.get("dtype", "auto"),
             "page_size": int(settings["page_size"]),
             "num_kv_pages": int(settings["num_kv_pages"]), "max_model_len": int(settings["max_model_len"]),
-            "max_running_requests": int(settings["max_running_requests"])}
+            "max_running_requests": int(settings["max_running_requests"]),
+            "batch_invariant": settings.get("batch_invariant", "false") == "true"}
 
 
 def read_metric(server, name: str, **labels: str) -> float | None:

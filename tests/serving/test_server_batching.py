@@ -8,7 +8,7 @@ from dsa_client.grpc_stream import generate
 
 from .servers import BATCH_INVARIANT
 
-# Solo vs 32 at once compares different batches: float32 on a GPU, where that holds (servers.py).
+# Solo vs 32 at once compares different batches: batch-invariant kernels on a GPU (servers.py).
 SERVER_SETTINGS = dict(BATCH_INVARIANT)
 
 

@@ -11,7 +11,7 @@ from .servers import BATCH_INVARIANT, ENGINE, engine_kwargs
 
 # 8 pages of 16 tokens: each request below needs up to 3 pages, and 12 of them come at once.
 # Two postprocessing instances: the streamed text must not depend on which one decodes a delta.
-# On a GPU it serves float32: its reference runs the prompts in another batch (servers.py).
+# On a GPU it serves batch-invariant kernels: its reference runs the prompts in another batch (servers.py).
 SERVER_SETTINGS = {"page_size": "16", "num_kv_pages": "8", "max_model_len": "128",
                    "postprocessing_instance_count": "2", **BATCH_INVARIANT}
 
@@ -22,7 +22,7 @@ def test_overloaded_pool_queues_or_retracts_but_loses_nothing(served, checkpoint
         served_out = list(pool.map(lambda p: generate(
             served.grpc_url, p, 24, temperature=0.0, exclude_input_in_output=True, timeout_s=300), prompts))
     # The reference: the offline LLM with a roomy pool (greedy output is batch-invariant).
-    llm = LLM(checkpoint("glm_moe_dsa"), **engine_kwargs({**ENGINE, "dtype": served.settings["dtype"]}))
+    llm = LLM(checkpoint("glm_moe_dsa"), **engine_kwargs({**ENGINE, **BATCH_INVARIANT, "dtype": served.settings["dtype"]}))
     alone = [out.text for out in llm.generate(prompts, SamplingParams(max_tokens=24, temperature=0))]
     assert [c.error for c in served_out] == [None] * len(prompts)
     assert [c.text for c in served_out] == alone

@@ -18,7 +18,7 @@ from dsa_client.grpc_stream import build_inputs
 
 from .servers import BATCH_INVARIANT
 
-# Verify (3 tokens a row) vs plain decode compares different batches: float32 on a GPU (servers.py).
+# Verify (3 tokens a row) vs plain decode compares different batches: batch-invariant kernels on a GPU (servers.py).
 SERVER_SETTINGS = {"speculative_algorithm": "mtp", "speculative_num_steps": "2", **BATCH_INVARIANT}
 MAX_TOKENS = 24
 PROMPTS = {

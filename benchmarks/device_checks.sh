@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# GPU checks for one device call, from the repository root, carrying .device (see gpu-pack):
+#   bash benchmarks/device_checks.sh gpu-tests serving engine topk
+# Each stage is bounded by its own timeout so that one stuck stage still leaves the others' output.
+set -u
+source .device/setup.sh || exit 1
+# dsa_kernels and dsa_client are installed under those names on the CPU machine; link them here.
+mkdir -p /tmp/dsa && ln -sfn "$PWD/kernels" /tmp/dsa/dsa_kernels && ln -sfn "$PWD/client" /tmp/dsa/dsa_client
+echo /tmp/dsa > "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_dsa_kernels.pth"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+OUT=${OUT:-/tmp/out}
+for stage in "$@"; do
+  echo "=== $stage $(date -u +%H:%M:%S)"
+  case $stage in
+    gpu-tests)
+      timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_batch_invariance.py \
+        tests/test_attention.py tests/kernels 2>&1 | tail -25 ;;
+    serving)
+      export DSA_STUB_ENV=/tmp/triton-stub-env
+      python3 -m dsa_backend.serving.install --wheel-dir .device/stub-wheels >/dev/null || exit 1
+      timeout 300 python3 -m pytest -q -p no:cacheprovider tests/serving/test_server_batching.py \
+        tests/serving/test_server_small_pool.py tests/serving/test_server_speculative.py 2>&1 | tail -25 ;;
+    engine)
+      timeout 120 python3 -m dsa_backend.tools.make_checkpoint --arch deepseek_v32 --preset v32-slice \
+        --out /tmp/v32 --fp8 >/dev/null
+      timeout 240 python3 benchmarks/bench_engine.py --model /tmp/v32 --batch 32 --prompt-len 2112 --steps 16 \
+        --json "$OUT/bench_engine.json" 2>&1 | tail -5 ;;
+    topk)
+      timeout 200 python3 benchmarks/bench_kernels.py --only topk --json "$OUT/bench_topk.json" 2>&1 | tail -30 ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
