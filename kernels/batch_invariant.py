@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import warnings
 
 import torch
 import triton
@@ -84,7 +85,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> to
 
 
 @triton.jit
-def _row_reduce_kernel(x_ptr, out_ptr, R, stride_row, scale, BLOCK: tl.constexpr, ACC: tl.constexpr):
+def _row_reduce_kernel(x_ptr, out_ptr, R, stride_row, inv_count, MEAN: tl.constexpr, BLOCK: tl.constexpr,
+                       ACC: tl.constexpr):
     # One program per output; lanes accumulate strided columns, then one fixed-shape tree sum.
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
@@ -92,8 +94,8 @@ def _row_reduce_kernel(x_ptr, out_ptr, R, stride_row, scale, BLOCK: tl.constexpr
     for start in range(0, R, BLOCK):
         acc += tl.load(x_ptr + row * stride_row + start + cols, mask=start + cols < R, other=0).to(ACC)
     total = tl.sum(acc, axis=0)
-    if scale != 1.0:
-        total = total * scale
+    if MEAN:
+        total = total * inv_count
     tl.store(out_ptr + row, total.to(out_ptr.dtype.element_ty))
 
 
@@ -116,11 +118,11 @@ def reduce_sum(x: torch.Tensor, dims=None, keepdim: bool = False, dtype: torch.d
     kept = [d for d in range(x.dim()) if d not in dims]
     out_shape = [1 if d in dims else x.shape[d] for d in range(x.dim())]
     reduced = math.prod(x.shape[d] for d in dims)
-    rows = x.permute(*kept, *dims).reshape(-1, reduced).contiguous()
+    rows = x.permute(*kept, *dims).reshape(math.prod(x.shape[d] for d in kept), reduced).contiguous()
     out = torch.empty(rows.shape[0], dtype=dtype, device=x.device)
     if rows.shape[0]:
-        scale = 1.0 / reduced if mean and reduced else (math.nan if mean else 1.0)
-        _row_reduce_kernel[(rows.shape[0],)](rows, out, reduced, rows.stride(0), scale,
+        inv_count = 1.0 / reduced if reduced else math.nan  # the mean of nothing is nan, as in torch
+        _row_reduce_kernel[(rows.shape[0],)](rows, out, reduced, rows.stride(0), inv_count, MEAN=mean,
                                              BLOCK=_REDUCE_BLOCK, ACC=_accumulator(x.dtype))
     out = out.view(out_shape)
     return out if keepdim else out.view([x.shape[d] for d in kept])
@@ -165,8 +167,10 @@ _OVERRIDES = {"mm": _mm, "addmm": _addmm, "bmm": _bmm, "sum.dim_IntList": _sum_d
 @functools.cache
 def _register_cuda_overrides() -> torch.library.Library:
     library = torch.library.Library("aten", "IMPL")
-    for op, fn in _OVERRIDES.items():
-        library.impl(op, fn, "CUDA")
+    with warnings.catch_warnings():  # replacing the CUDA kernels is the point; torch warns that it happens
+        warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel")
+        for op, fn in _OVERRIDES.items():
+            library.impl(op, fn, "CUDA")
     return library  # kept alive by the cache: dropping the Library would undo the overrides
 
 

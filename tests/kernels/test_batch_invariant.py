@@ -56,3 +56,8 @@ def test_reduction_of_a_row_does_not_depend_on_the_other_rows():
     x = torch.randn(50, 3000)
     alone = bi.reduce_sum(x[7:8], [-1], mean=True)
     assert torch.equal(bi.reduce_sum(x, [-1], mean=True)[7], alone[0])
+
+
+def test_mean_over_nothing_is_nan_and_integer_sums_widen():
+    assert torch.isnan(bi.reduce_sum(torch.zeros(2, 0), [1], mean=True)).all()
+    assert torch.equal(bi.reduce_sum(torch.ones(2, 5, dtype=torch.int32), [1]), torch.tensor([5, 5]))
