@@ -168,7 +168,7 @@ _OVERRIDES = {"mm": _mm, "addmm": _addmm, "bmm": _bmm, "sum.dim_IntList": _sum_d
 def _register_cuda_overrides() -> torch.library.Library:
     library = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():  # replacing the CUDA kernels is the point; torch warns that it happens
-        warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel")
+        warnings.filterwarnings("ignore", message="Warning only once for all operators")
         for op, fn in _OVERRIDES.items():
             library.impl(op, fn, "CUDA")
     return library  # kept alive by the cache: dropping the Library would undo the overrides

@@ -39,3 +39,10 @@ def test_speculative_settings_reach_the_engine_args():
 def test_a_bad_setting_is_refused_by_name(settings, named):
     with pytest.raises(ValueError, match=named):
         engine_args({**FILLED, **settings}, "cpu")
+
+
+def test_batch_invariant_is_off_by_default_and_parsed_as_a_boolean():
+    assert engine_args(FILLED, "cpu").batch_invariant is False
+    assert engine_args({**FILLED, "batch_invariant": "true"}, "cpu").batch_invariant is True
+    with pytest.raises(ValueError, match="batch_invariant must be true or false, got 'sometimes'"):
+        engine_args({**FILLED, "batch_invariant": "sometimes"}, "cpu")
