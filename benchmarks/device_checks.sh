@@ -27,6 +27,8 @@ for stage in "$@"; do
         --out /tmp/v32 --fp8 >/dev/null
       timeout 240 python3 benchmarks/bench_engine.py --model /tmp/v32 --batch 32 --prompt-len 2112 --steps 16 \
         --json "$OUT/bench_engine.json" 2>&1 | tail -5 ;;
+    mla-sweep)
+      timeout 300 python3 benchmarks/sweep_sparse_mla.py --json "$OUT/sweep_sparse_mla.json" 2>&1 | tail -12 ;;
     topk)
       timeout 200 python3 benchmarks/bench_kernels.py --only topk --json "$OUT/bench_topk.json" 2>&1 | tail -30 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
