@@ -118,14 +118,19 @@ def _sparse_mla_kernel(
 
 
 def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
-    """Tile shape and split count: split top-k only while programs would leave SMs idle."""
+    """Tile shape and split count: split top-k only while programs would leave half the SMs idle.
+
+    From the H200 sweep (benchmarks/sweep_sparse_mla.py, docs/PERFORMANCE.md): unsplit, 32-key
+    tiles on 4 warps spill least; split, 64-key tiles on 8 warps, double-buffered, at 512+ keys a split.
+    """
     block_h = 64 if heads % 64 == 0 else 16
-    block_n = 64
     programs = n * (heads // block_h)
     split = 1
-    while programs * split < num_sms and topk // (split * 2) >= 4 * block_n:
+    while programs * split * 2 < num_sms and topk // (split * 2) >= 512:
         split *= 2
-    return dict(BLOCK_H=block_h, BLOCK_N=block_n, SPLIT=split, num_warps=8, num_stages=1)
+    if split == 1:
+        return dict(BLOCK_H=block_h, BLOCK_N=32, SPLIT=1, num_warps=4, num_stages=1)
+    return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, num_warps=8, num_stages=2)
 
 
 def sparse_mla(
