@@ -1,19 +1,59 @@
-"""Top-k over indexer logits with the paged or ragged transform fused in, in Triton.
+"""Exact top-k over indexer logits with the paged or ragged transform fused in, in Triton.
 
-One program per row finds the exact k-th largest value by radix select on the float's ordered
-bit pattern (four 8-bit passes, each one histogram over the row, which stays in L2), then writes
-the selected positions in ascending order, taking ties at the threshold lowest position first.
-The result equals kernels/reference.topk_positions_ref bit for bit. Rows no longer than k skip
-the search and return every position (dense attention for short sequences).
+A row is split into chunks so that small batches still fill the GPU. Three launches (plus a
+memset of one counter per row):
+
+1. candidates, rows x chunks: every program of a row reads the same strided sample of the row and
+   takes as threshold t0 the key the sample ranks a few standard deviations below the k-th
+   (two 8-bit radix steps in registers), then appends the positions of its chunk whose key is
+   >= t0 to the row's candidate list through an atomic counter (list order is free).
+2. select, one program per row: exact radix select (four 8-bit steps) over the candidates, then
+   the output slot where each chunk starts and how many threshold ties precede it. A row with
+   fewer than k candidates (the sample misled) or more than `cap` (e.g. massive ties) is searched
+   over its whole range instead: slower, still exact.
+3. write, rows x chunks: each chunk writes its selected positions in ascending order, transformed.
+
+Keys are the float's ordered bit pattern, so the result equals kernels/reference.topk_positions_ref
+bit for bit: ties at the threshold go to the lowest positions, rows no longer than k return every
+position then -1.
 """
 
 from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 TRANSFORM_NONE, TRANSFORM_PAGED, TRANSFORM_RAGGED = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class TopkConfig:
+    """chunk: keys per candidates/write program (a multiple of block); sample: keys in the threshold
+    sample; cap: candidates kept per row; select_block: candidates per step of the select loop."""
+
+    block: int
+    chunk: int
+    sample: int
+    cap: int
+    select_block: int
+
+
+def topk_config(rows: int, width: int, k: int, num_sms: int) -> TopkConfig:
+    """The one place tiling follows the shape: about two programs per SM, no chunk under a block."""
+    block = 1024
+    chunks = max(1, min(triton.cdiv(2 * num_sms, rows), triton.cdiv(width, block), 256))
+    chunk = triton.cdiv(triton.cdiv(max(width, 1), chunks), block) * block
+    # ~1.3-1.8 k candidates are typical at 32K-128K keys (sample margin below); 4 k leaves room.
+    return TopkConfig(block=block, chunk=chunk, sample=4096, cap=max(4 * k, 4096), select_block=4096)
+
+
+@functools.cache
+def _num_sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
 @triton.jit
@@ -32,6 +72,128 @@ def _scalar(x):
 
 
 @triton.jit
+def _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS: tl.constexpr):
+    """The row's length and a pointer to its first ranked logit."""
+    base = logits_ptr + row.to(tl.int64) * stride_logits
+    if HAS_STARTS:
+        base += tl.load(starts_ptr + row)
+    return _scalar(tl.load(lens_ptr + row)), base
+
+
+@triton.jit
+def _digit_hist(key, live, prefix, STEP: tl.constexpr):
+    """256-bin histogram of 8-bit digit STEP (0 = most significant) of the live keys that share
+    prefix's higher digits."""
+    shift = 24 - 8 * STEP
+    if STEP > 0:
+        live = live & ((key >> (shift + 8)) == (prefix >> (shift + 8)))
+    return tl.histogram(((key >> shift) & 255).to(tl.int32), 256, mask=live)
+
+
+@triton.jit
+def _take_digit(hist, prefix, need, STEP: tl.constexpr):
+    """Digit STEP of the need-th largest key: prefix extended by it, need less the keys above it."""
+    bins = tl.arange(0, 256)
+    at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
+    digit = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
+    need -= tl.sum(tl.where(bins > digit, hist, 0), axis=0)
+    return prefix | (digit.to(tl.uint32) << (24 - 8 * STEP)), need
+
+
+@triton.jit
+def _sample_threshold(base, length, K: tl.constexpr, SAMPLE: tl.constexpr):
+    """Key t0 (low 16 bits zero) with at least K of the row's keys >= t0 but for a ~1e-9 chance."""
+    j = tl.arange(0, SAMPLE)
+    if length > SAMPLE:
+        pos = (j.to(tl.int64) * length) // SAMPLE
+        expect = (K * SAMPLE + length - 1) // length
+        # The sample's count above the row's k-th key is ~binomial: six standard deviations more
+        # make a sample ranking t0 above it (fewer than K candidates) a one-in-a-billion event.
+        target = tl.minimum(expect + (6.0 * tl.sqrt(expect.to(tl.float32))).to(tl.int32) + 1, SAMPLE)
+    else:  # the sample is the row: its K-th key is exact
+        pos = j.to(tl.int64)
+        target = tl.zeros((), tl.int32) + K
+    live = j < length
+    key = _ordered_key(tl.load(base + pos, mask=live, other=0.0))
+    t0, left = _take_digit(_digit_hist(key, live, 0, 0), tl.zeros((), tl.uint32), target, 0)
+    t0, left = _take_digit(_digit_hist(key, live, t0, 1), t0, left, 1)
+    return t0
+
+
+@triton.jit
+def _candidates_kernel(
+    logits_ptr, stride_logits, starts_ptr, lens_ptr, count_ptr, cand_ptr, CHUNK,
+    K: tl.constexpr, SAMPLE: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, HAS_STARTS: tl.constexpr,
+):
+    row = tl.program_id(0)
+    lo = tl.program_id(1) * CHUNK
+    length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
+    if (length > K) & (lo < length):
+        t0 = _sample_threshold(base, length, K, SAMPLE)
+        cand = cand_ptr + row.to(tl.int64) * CAP
+        offs = tl.arange(0, BLOCK)
+        for c in range(lo, tl.minimum(lo + CHUNK, length), BLOCK):
+            pos = c + offs
+            live = pos < length
+            hit = (live & (_ordered_key(tl.load(base + pos, mask=live, other=0.0)) >= t0)).to(tl.int32)
+            hits = tl.sum(hit, axis=0)
+            if hits > 0:
+                slot = tl.atomic_add(count_ptr + row, hits) + tl.cumsum(hit, axis=0) - 1
+                # the counter keeps counting past CAP, which is how select sees the overflow
+                tl.store(cand + slot, pos, mask=(hit > 0) & (slot < CAP))
+
+
+@triton.jit
+def _load_items(base, cand, i, n_items, n_listed):
+    """Keys and positions of items i: candidates below n_listed, the row's own positions above."""
+    live = i < n_items
+    listed = i < n_listed
+    pos = tl.where(listed, tl.load(cand + i, mask=listed, other=0), i)
+    return _ordered_key(tl.load(base + pos, mask=live, other=0.0)), live, pos
+
+
+@triton.jit
+def _select_kernel(
+    logits_ptr, stride_logits, starts_ptr, lens_ptr, count_ptr, cand_ptr, plan_ptr, CHUNK,
+    K: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, HAS_STARTS: tl.constexpr,
+):
+    row = tl.program_id(0)
+    length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
+    if length > K:
+        n_cand = _scalar(tl.load(count_ptr + row))
+        whole_row = (n_cand < K) | (n_cand > CAP)
+        n_items = tl.where(whole_row, length, n_cand)
+        n_listed = tl.where(whole_row, 0, n_cand)
+        cand = cand_ptr + row.to(tl.int64) * CAP
+        offs = tl.arange(0, BLOCK)
+        # After step s, `thr` holds the top 8 (s + 1) bits of the k-th largest key and `need` how
+        # many keys sharing them still belong to the top k; at the end, how many ties to take.
+        thr = tl.zeros((), tl.uint32)
+        need = tl.zeros((), tl.int32) + K
+        for step in tl.static_range(4):
+            hist = tl.zeros((256,), tl.int32)
+            for c in range(0, n_items, BLOCK):
+                key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
+                hist += _digit_hist(key, live, thr, step)
+            thr, need = _take_digit(hist, thr, need, step)
+        above = tl.zeros((CHUNKS,), tl.int32)
+        ties = tl.zeros((CHUNKS,), tl.int32)
+        for c in range(0, n_items, BLOCK):
+            key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
+            chunk = (pos // CHUNK).to(tl.int32)
+            above += tl.histogram(chunk, CHUNKS, mask=live & (key > thr))
+            ties += tl.histogram(chunk, CHUNKS, mask=live & (key == thr))
+        ties_before = tl.cumsum(ties, axis=0) - ties
+        taken = above + tl.minimum(tl.maximum(need - ties_before, 0), ties)
+        plan = plan_ptr + row.to(tl.int64) * (2 * CHUNKS + 2)
+        chunks = tl.arange(0, CHUNKS)
+        tl.store(plan + chunks, tl.cumsum(taken, axis=0) - taken)
+        tl.store(plan + CHUNKS + chunks, ties_before)
+        tl.store(plan + 2 * CHUNKS, thr.to(tl.int32, bitcast=True))
+        tl.store(plan + 2 * CHUNKS + 1, need)
+
+
+@triton.jit
 def _transform(pos, row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE: tl.constexpr, TRANSFORM: tl.constexpr):
     """Positions (-1 = none) -> positions, pool slots (paged) or ragged indices."""
     ok = pos >= 0
@@ -45,86 +207,79 @@ def _transform(pos, row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE: tl.constexpr
 
 
 @triton.jit
-def _topk_kernel(
-    logits_ptr, stride_logits, starts_ptr, lens_ptr, out_ptr, stride_out,
-    bt_ptr, stride_bt, offs_ptr, NEXT_N,
-    K: tl.constexpr, BLOCK: tl.constexpr, HAS_STARTS: tl.constexpr, PAGE: tl.constexpr,
+def _write_kernel(
+    logits_ptr, stride_logits, starts_ptr, lens_ptr, plan_ptr, out_ptr, stride_out,
+    bt_ptr, stride_bt, offs_ptr, NEXT_N, CHUNK,
+    K: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, HAS_STARTS: tl.constexpr, PAGE: tl.constexpr,
     TRANSFORM: tl.constexpr,
 ):
     row = tl.program_id(0)
-    length = _scalar(tl.load(lens_ptr + row))
-    base = logits_ptr + row.to(tl.int64) * stride_logits
-    if HAS_STARTS:
-        base += tl.load(starts_ptr + row)
+    chunk = tl.program_id(1)
+    lo = chunk * CHUNK
+    length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
     out_row = out_ptr + row.to(tl.int64) * stride_out
     offs = tl.arange(0, BLOCK)
     if length <= K:
-        for c in range(0, K, BLOCK):
-            pos = c + offs
-            val = _transform(tl.where(pos < length, pos, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
-            tl.store(out_row + pos, val.to(tl.int32), mask=pos < K)
-    else:
-        # Radix select: after pass p, `prefix` holds the top 8*(p+1) bits of the k-th largest key
-        # and `need` how many elements sharing that prefix still belong to the top k.
-        prefix = tl.zeros((), tl.uint32)
-        need = K
-        bins = tl.arange(0, 256)
-        for p in tl.static_range(4):
-            shift = 24 - 8 * p
-            hist = tl.zeros((256,), tl.int32)
-            for c in range(0, length, BLOCK):
+        if chunk == 0:  # dense: every position, then -1
+            for c in range(0, K, BLOCK):
                 pos = c + offs
-                live = pos < length
-                key = _ordered_key(tl.load(base + pos, mask=live, other=0.0))
-                if p > 0:
-                    live = live & ((key >> (shift + 8)) == (prefix >> (shift + 8)))
-                hist += tl.histogram(((key >> shift) & 255).to(tl.int32), 256, mask=live)
-            at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
-            digit = tl.max(tl.where(at_or_above >= need, bins, -1), axis=0)
-            need -= tl.sum(tl.where(bins > digit, hist, 0), axis=0)
-            prefix = prefix | (digit.to(tl.uint32) << shift)
-        # Write everything above the threshold key and the first `need` ties, in position order.
-        written = tl.zeros((), tl.int32)
-        ties = tl.zeros((), tl.int32)
-        for c in range(0, length, BLOCK):
+                val = _transform(tl.where(pos < length, pos, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE,
+                                 TRANSFORM)
+                tl.store(out_row + pos, val.to(tl.int32), mask=pos < K)
+    elif lo < length:
+        plan = plan_ptr + row.to(tl.int64) * (2 * CHUNKS + 2)
+        written = _scalar(tl.load(plan + chunk))
+        ties = _scalar(tl.load(plan + CHUNKS + chunk))
+        thr = _scalar(tl.load(plan + 2 * CHUNKS)).to(tl.uint32, bitcast=True)
+        need = _scalar(tl.load(plan + 2 * CHUNKS + 1))
+        # Everything above the threshold key and the first `need` ties of the row, in position order.
+        for c in range(lo, tl.minimum(lo + CHUNK, length), BLOCK):
             pos = c + offs
             live = pos < length
             key = _ordered_key(tl.load(base + pos, mask=live, other=0.0))
-            eq = live & (key == prefix)
-            tie_rank = ties + tl.cumsum(eq.to(tl.int32), axis=0)
-            sel = (live & (key > prefix)) | (eq & (tie_rank <= need))
+            eq = (live & (key == thr)).to(tl.int32)
+            sel = (live & (key > thr)) | ((eq > 0) & (ties + tl.cumsum(eq, axis=0) <= need))
             sel_i = sel.to(tl.int32)
             slot = written + tl.cumsum(sel_i, axis=0) - 1
             val = _transform(pos, row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
             tl.store(out_row + slot, val.to(tl.int32), mask=sel)
             written += tl.sum(sel_i, axis=0)
-            ties += tl.sum(eq.to(tl.int32), axis=0)
+            ties += tl.sum(eq, axis=0)
 
 
 def topk_transform(
     logits: torch.Tensor, lengths: torch.Tensor, k: int, transform: int = TRANSFORM_NONE, *,
     row_starts: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
-    page_size: int = 1, next_n: int = 1, offsets: torch.Tensor | None = None, block: int | None = None,
+    page_size: int = 1, next_n: int = 1, offsets: torch.Tensor | None = None, config: TopkConfig | None = None,
 ) -> torch.Tensor:
-    """logits [N, W] fp32, lengths [N] -> [N, k] int32: positions, slots or ragged indices, -1 padded.
+    """logits [N, W] fp32, lengths [N] int32 -> [N, k] int32: positions, slots or ragged indices, -1 padded.
 
-    Row i ranks logits[i, row_starts[i] : row_starts[i] + lengths[i]]; argument checks live in
-    kernels/dispatch.py.
+    Row i ranks logits[i, row_starts[i] : row_starts[i] + lengths[i]] (within W); argument checks
+    live in kernels/dispatch.py. `config` defaults to topk_config for the shape.
     """
-    n = logits.shape[0]
+    n, width = logits.shape
     out = torch.empty(n, k, device=logits.device, dtype=torch.int32)
     if n == 0:
         return out
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
-    dummy = lengths
-    bt = block_table if block_table is not None else dummy
-    block = block or min(4096, max(triton.next_power_of_2(k), 256))
-    _topk_kernel[(n,)](
-        logits, logits.stride(0), row_starts if row_starts is not None else dummy, lengths,
-        out, out.stride(0), bt, bt.stride(0) if block_table is not None else 0,
-        offsets if offsets is not None else dummy, next_n,
-        K=k, BLOCK=block, HAS_STARTS=row_starts is not None, PAGE=page_size, TRANSFORM=transform,
-        num_warps=8 if block >= 2048 else 4,
+    cfg = config or topk_config(n, width, k, _num_sms(logits.device))
+    chunks = max(1, triton.cdiv(width, cfg.chunk))
+    bins = max(32, triton.next_power_of_2(chunks))  # tl.histogram wants a multiple of the warp size
+    count = torch.zeros(n, device=logits.device, dtype=torch.int32)
+    cand = torch.empty(n, cfg.cap, device=logits.device, dtype=torch.int32)
+    plan = torch.empty(n, 2 * bins + 2, device=logits.device, dtype=torch.int32)
+    starts = row_starts if row_starts is not None else lengths
+    row_args = (logits, logits.stride(0), starts, lengths)
+    common = dict(K=k, HAS_STARTS=row_starts is not None)
+    _candidates_kernel[(n, chunks)](*row_args, count, cand, cfg.chunk, SAMPLE=cfg.sample, CAP=cfg.cap,
+                                    BLOCK=cfg.block, num_warps=8, **common)
+    _select_kernel[(n,)](*row_args, count, cand, plan, cfg.chunk, CAP=cfg.cap, BLOCK=cfg.select_block,
+                         CHUNKS=bins, num_warps=16 if cfg.select_block >= 4096 else 4, **common)
+    bt = block_table if block_table is not None else lengths
+    _write_kernel[(n, chunks)](
+        *row_args, plan, out, out.stride(0), bt, bt.stride(0) if block_table is not None else 0,
+        offsets if offsets is not None else lengths, next_n, cfg.chunk,
+        BLOCK=cfg.block, CHUNKS=bins, PAGE=page_size, TRANSFORM=transform, num_warps=4, **common,
     )
     return out

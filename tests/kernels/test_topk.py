@@ -1,4 +1,5 @@
-"""Radix-select top-k equals the reference bit for bit, with both transforms and ragged edges."""
+"""Top-k equals the reference bit for bit: chunked rows, sampled thresholds, the whole-row fallback,
+both transforms and ragged edges."""
 
 import pytest
 import torch
@@ -6,31 +7,63 @@ import torch
 from dsa_kernels import reference, topk
 
 K = 16
+# Tiny tiles so the interpreter runs several programs per row and rows longer than the sample.
+SMALL = topk.TopkConfig(block=32, chunk=64, sample=64, cap=64, select_block=64)
 
 
 def _logits(n, width):
     return torch.randn(n, width)
 
 
+def _check(logits, lengths, config=SMALL, starts=None):
+    lens = torch.tensor(lengths).int()
+    out = topk.topk_transform(logits, lens, K, row_starts=starts, config=config)
+    assert torch.equal(out, reference.topk_positions_ref(logits, lens, K, starts))
+
+
 @pytest.mark.parametrize("lengths", [[0, 1, K, K + 1, 2 * K + 3, 100], [K - 1, 57, 64, 99, 3, 100]])
 def test_positions_match_reference_at_ragged_edges(lengths):
-    logits = _logits(len(lengths), 100)
-    lens = torch.tensor(lengths).int()
-    out = topk.topk_transform(logits, lens, K, block=32)
-    assert torch.equal(out, reference.topk_positions_ref(logits, lens, K))
+    _check(_logits(len(lengths), 100), lengths)
+
+
+def test_rows_of_very_different_lengths_split_unevenly_across_chunk_programs():
+    # 300 keys: chunks of 64 leave a partial last chunk; 77 and 129 end inside one.
+    _check(_logits(6, 300), [300, 0, 77, 129, K + 1, 5])
+
+
+def test_rows_longer_than_the_sample_select_from_sampled_candidates():
+    _check(_logits(3, 400), [400, 257, 65])
 
 
 def test_ties_and_signed_zeros_resolve_to_the_lowest_positions():
-    logits = torch.randint(0, 3, (2, 90)).float()
-    logits[1, ::2] = -0.0
-    lens = torch.tensor([90, 90]).int()
-    out = topk.topk_transform(logits, lens, K, block=32)
-    assert torch.equal(out, reference.topk_positions_ref(logits, lens, K))
+    logits = torch.randn(3, 200).to(torch.bfloat16).float()  # bf16 rounding: many ties among distinct rows
+    logits[1] = torch.randint(0, 3, (200,)).float()
+    logits[2, ::2] = -0.0
+    _check(logits, [200, 200, 150])
+
+
+def test_massive_ties_overflow_the_candidate_list_and_search_the_whole_row():
+    logits = torch.zeros(2, 200)  # every key is a candidate: more than cap
+    logits[1, 150:] = 1.0
+    _check(logits, [200, 200])
+
+
+def test_a_sample_that_ranks_too_high_falls_back_to_the_whole_row():
+    # The strided sample (every 16th of 512 keys with sample 32) sees only the raised keys, so its
+    # threshold admits fewer than k candidates.
+    logits = _logits(2, 512)
+    logits[:, ::16] += 50.0
+    _check(logits, [512, 512], topk.TopkConfig(block=32, chunk=128, sample=32, cap=64, select_block=64))
+
+
+def test_row_starts_shift_each_rows_range():
+    logits = _logits(3, 300)
+    _check(logits, [200, 100, 17], starts=torch.tensor([100, 0, 283]).int())
 
 
 def test_k_larger_than_context_returns_every_position_then_minus_one():
     logits = _logits(1, 8)
-    out = topk.topk_transform(logits, torch.tensor([5]).int(), K, block=32)
+    out = topk.topk_transform(logits, torch.tensor([5]).int(), K, config=SMALL)
     assert out[0].tolist() == [0, 1, 2, 3, 4] + [-1] * (K - 5)
 
 
@@ -40,7 +73,7 @@ def test_paged_transform_maps_positions_to_slots_through_the_block_table():
     logits = _logits(6, 72)
     table = torch.randperm(40)[:30].view(3, 10).int()
     out = topk.topk_transform(logits, lengths, K, topk.TRANSFORM_PAGED, block_table=table, page_size=page,
-                              next_n=next_n, block=32)
+                              next_n=next_n, config=SMALL)
     pos = reference.topk_positions_ref(logits, lengths, K)
     assert torch.equal(out, reference.paged_transform_ref(pos, table, page, next_n))
 
@@ -51,7 +84,7 @@ def test_ragged_transform_adds_each_tokens_offset():
     lengths = torch.tensor([1, 40, 1, K, 80]).int()
     offsets = starts + 1000
     out = topk.topk_transform(logits, lengths, K, topk.TRANSFORM_RAGGED, row_starts=starts, offsets=offsets,
-                              block=32)
+                              config=SMALL)
     pos = reference.topk_positions_ref(logits, lengths, K, starts)
     assert torch.equal(out, reference.ragged_transform_ref(pos, offsets))
 
@@ -59,3 +92,35 @@ def test_ragged_transform_adds_each_tokens_offset():
 def test_reference_ragged_transform_without_offsets_raises():
     with pytest.raises(RuntimeError, match="offsets"):
         reference.ragged_transform_ref(torch.zeros(1, K, dtype=torch.int32), None)
+
+
+@pytest.mark.parametrize("rows, width, chunks", [(1, 131072, 128), (1, 32768, 32), (32, 131072, 9), (128, 32768, 3)])
+def test_default_tiling_gives_about_two_programs_per_sm_in_whole_blocks(rows, width, chunks):
+    cfg = topk.topk_config(rows, width, 2048, num_sms=132)
+    assert -(-width // cfg.chunk) == chunks and cfg.chunk % cfg.block == 0 and cfg.cap >= 2 * 2048
+
+
+@pytest.mark.gpu
+def test_realistic_rows_match_the_reference_on_cuda():
+    # batch 4 at 128K keys, k 2048: bf16-rounded randn (ties), a massive-tie row (whole-row
+    # fallback), a length off every block and page boundary, a row no longer than k.
+    k, width = 2048, 131072
+    logits = torch.randn(4, width, device="cuda").to(torch.bfloat16).float()
+    logits[1] = torch.randint(0, 8, (width,), device="cuda").float()
+    lens = torch.tensor([width, width, 100_003, 2000], device="cuda", dtype=torch.int32)
+    starts = torch.tensor([0, 0, 31_000, 7], device="cuda", dtype=torch.int32)
+    pos = reference.topk_positions_ref(logits, lens, k, starts)
+    got = topk.topk_transform(logits, lens, k, row_starts=starts)
+    assert torch.equal(got, pos)
+    table = torch.randperm(4 * width // 64, device="cuda").view(4, -1).int()
+    got = topk.topk_transform(logits, lens, k, topk.TRANSFORM_PAGED, row_starts=starts, block_table=table, page_size=64)
+    assert torch.equal(got, reference.paged_transform_ref(pos, table, 64))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows, width", [(1, 32768), (128, 131072)])
+def test_default_tiling_matches_the_reference_on_cuda(rows, width):
+    logits = torch.randn(rows, width, device="cuda")
+    lens = torch.full((rows,), width, device="cuda", dtype=torch.int32)
+    lens[::3] -= torch.arange(0, rows, 3, device="cuda", dtype=torch.int32) * 97
+    assert torch.equal(topk.topk_transform(logits, lens, 2048), reference.topk_positions_ref(logits, lens, 2048))
