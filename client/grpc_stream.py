@@ -41,6 +41,8 @@ class Completion:
     num_output_tokens: int = 0
     cum_log_prob: float | None = None
     output_log_probs: list[float] = field(default_factory=list)
+    draft_tokens: int = 0              # speculative decoding, cumulative (0 when the server does not draft)
+    accepted_draft_tokens: int = 0
     error: str | None = None
     final: bool = False
 
@@ -127,8 +129,10 @@ def _add_response(completion: Completion, result) -> None:
     reason = result.as_numpy("finish_reason")
     if reason is not None and reason.reshape(-1)[0]:
         completion.finish_reason = reason.reshape(-1)[0].decode()
-    for name in ("num_input_tokens", "num_output_tokens"):
-        value = result.as_numpy(name)
+    for output, name in (("num_input_tokens", "num_input_tokens"), ("num_output_tokens", "num_output_tokens"),
+                         ("total_draft_tokens", "draft_tokens"),
+                         ("total_accepted_draft_tokens", "accepted_draft_tokens")):
+        value = result.as_numpy(output)
         if value is not None:
             setattr(completion, name, int(value.reshape(-1)[0]))
     cum = result.as_numpy("cum_log_probs")

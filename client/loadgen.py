@@ -150,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     plot(summaries, out / "results.png")
     for s in summaries:
         level = f"concurrency={s['concurrency']}" if "concurrency" in s else f"rate={s['request_rate']}/s"
-        logger.info("%s: %.1f output tok/s, %.2f req/s, TTFT p50 %s s, ITL p50 %s s, errors %d", level,
-                    s["output_tokens_per_s"] or 0, s["requests_per_s"] or 0, _fmt(s["ttft_s"]["p50"]),
-                    _fmt(s["itl_s"]["p50"]), s["errors"])
+        logger.info("%s: %.1f output tok/s, %.2f req/s, TTFT p50 %s s, ITL p50 %s s, draft acceptance %s, "
+                    "errors %d", level, s["output_tokens_per_s"] or 0, s["requests_per_s"] or 0,
+                    _fmt(s["ttft_s"]["p50"]), _fmt(s["itl_s"]["p50"]), _fmt(s["acceptance_rate"]), s["errors"])
     logger.info("wrote %s, %s and %s", out / "results.json", out / "results.png", out / "perf_analyzer_inputs.json")
     return 0 if all(s["errors"] == 0 for s in summaries) else 1
 

@@ -26,6 +26,7 @@ def summarize(completions: list[Completion], wall_s: float) -> dict:
     """TTFT, ITL and end-to-end latency percentiles (seconds), token and request throughput."""
     ok = [c for c in completions if not c.error]
     output_tokens = sum(c.num_output_tokens for c in ok)
+    drafted, accepted = sum(c.draft_tokens for c in ok), sum(c.accepted_draft_tokens for c in ok)
     return {
         "requests": len(completions),
         "errors": len(completions) - len(ok),
@@ -37,4 +38,8 @@ def summarize(completions: list[Completion], wall_s: float) -> dict:
         "ttft_s": percentiles([c.ttft_s for c in ok if c.ttft_s is not None]),
         "itl_s": percentiles([x for c in ok for x in inter_token_latencies(c)]),
         "e2e_s": percentiles([c.e2e_s for c in ok if c.e2e_s is not None]),
+        # speculative decoding: accepted / drafted over all requests (None when nothing was drafted)
+        "draft_tokens": drafted,
+        "accepted_draft_tokens": accepted,
+        "acceptance_rate": accepted / drafted if drafted else None,
     }

@@ -46,7 +46,14 @@ def format_timing(completion) -> str:
     decode = (n - 1) / (e2e - ttft) if ttft is not None and n > 1 and e2e > ttft else float("nan")
     return (f"[{completion.num_input_tokens} prompt tokens, {n} generated, finish_reason="
             f"{completion.finish_reason}; TTFT {ttft if ttft is not None else float('nan'):.3f} s, "
-            f"total {e2e:.3f} s, {decode:.1f} tokens/s after the first]")
+            f"total {e2e:.3f} s, {decode:.1f} tokens/s after the first{_acceptance(completion)}]")
+
+
+def _acceptance(completion) -> str:
+    if not completion.draft_tokens:
+        return ""
+    rate = completion.accepted_draft_tokens / completion.draft_tokens
+    return f"; drafts accepted {completion.accepted_draft_tokens}/{completion.draft_tokens} ({rate:.2f})"
 
 
 if __name__ == "__main__":

@@ -30,6 +30,15 @@ def test_summary_percentiles_and_throughput():
     assert s["output_tokens_per_s"] == pytest.approx(1.5)
     assert s["ttft_s"]["p50"] == pytest.approx(0.2)
     assert s["e2e_s"]["p99"] == pytest.approx(0.5)
+    assert s["acceptance_rate"] is None and s["draft_tokens"] == 0    # the server did not draft
+
+
+def test_summary_pools_draft_acceptance_over_requests():
+    a = Completion(num_output_tokens=10, draft_tokens=8, accepted_draft_tokens=6, final=True)
+    b = Completion(num_output_tokens=10, draft_tokens=12, accepted_draft_tokens=2, final=True)
+    s = summarize([a, b], wall_s=1.0)
+    assert (s["draft_tokens"], s["accepted_draft_tokens"]) == (20, 8)
+    assert s["acceptance_rate"] == pytest.approx(0.4)
 
 
 def test_perf_analyzer_input_data_uses_the_ensemble_tensor_names(tmp_path):
