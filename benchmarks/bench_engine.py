@@ -71,18 +71,25 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--kv-cache-dtype", default="fp8")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--backends", default="kernel,torch", help="comma list of kernel, torch")
+    ap.add_argument("--batch-invariant", action="store_true", help="EngineArgs.batch_invariant (patches this process)")
     ap.add_argument("--json")
     a = ap.parse_args()
     pages = a.batch * (-(-(a.prompt_len + _MAX_TOKENS) // 64)) + 8
     t = time.perf_counter()
     engine = Engine(EngineArgs(model=a.model, device=a.device, kv_cache_dtype=a.kv_cache_dtype, num_kv_pages=pages,
-                               max_running_requests=a.batch, max_num_batched_tokens=8192))
+                               max_running_requests=a.batch, max_num_batched_tokens=8192,
+                               batch_invariant=a.batch_invariant))
     print(f"engine loaded in {time.perf_counter() - t:.1f} s", flush=True)
-    runs = [decode_throughput(engine, backend, a.batch, a.prompt_len, a.steps, a.warmup, tag)
-            for tag, backend in (("kernel", KernelDsaBackend()), ("torch", TorchDsaBackend()))]
+    backends = {"kernel": KernelDsaBackend, "torch": TorchDsaBackend}
+    runs = [decode_throughput(engine, backends[tag](), a.batch, a.prompt_len, a.steps, a.warmup, tag)
+            for tag in a.backends.split(",")]
     result = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name() if a.device == "cuda" else a.device,
                   libraries=dsa_kernels.available_backends(a.device), model=a.model, batch=a.batch, prompt_len=a.prompt_len, kv_cache_dtype=a.kv_cache_dtype,
-                  runs=runs, kernel_over_torch=round(runs[0]["tokens_per_s"] / runs[1]["tokens_per_s"], 2))
+                  batch_invariant=a.batch_invariant, runs=runs)
+    speed = {r["backend"]: r["tokens_per_s"] for r in runs}
+    if len(speed) == 2:
+        result["kernel_over_torch"] = round(speed["kernel"] / speed["torch"], 2)
     print(json.dumps(result))
     if a.json:
         with open(a.json, "w") as f:
