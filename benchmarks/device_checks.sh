@@ -31,8 +31,6 @@ for stage in "$@"; do
         --backends kernel --batch-invariant --json "$OUT/bench_engine_batch_invariant.json" 2>&1 | tail -3 ;;
     mla-sweep)
       timeout 300 python3 benchmarks/sweep_sparse_mla.py --json "$OUT/sweep_sparse_mla.json" 2>&1 | tail -12 ;;
-    indexer-sweep)
-      timeout 200 python3 benchmarks/sweep_indexer_next_n.py --json "$OUT/sweep_indexer_next_n.json" 2>&1 | tail -8 ;;
     topk)
       timeout 200 python3 benchmarks/bench_kernels.py --only topk --json "$OUT/bench_topk.json" 2>&1 | tail -30 ;;
     *) echo "unknown stage $stage"; exit 2 ;;

@@ -34,11 +34,9 @@ def _scores_tile(q, w, k, k_scale, ROWS_Q: tl.constexpr, H: tl.constexpr, BLOCK_
 def _paged_logits_kernel(
     q_ptr, w_ptr, kv_ptr, kscale_ptr, bt_ptr, stride_bt, lens_ptr, out_ptr, stride_out, max_len,
     NEXT_N: tl.constexpr, NP: tl.constexpr, H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_K: tl.constexpr, KEYS_PER_PROG: tl.constexpr, CLEAN: tl.constexpr, TOKEN_LOOP: tl.constexpr,
+    BLOCK_K: tl.constexpr, KEYS_PER_PROG: tl.constexpr, CLEAN: tl.constexpr,
 ):
-    # NP = next_n rounded up to a power of two (Triton tile sizes); padded tokens are masked off.
-    # TOKEN_LOOP: one [keys, heads] MMA per token on each loaded key tile, instead of one
-    # [keys, next_n * heads] MMA whose head sum needs a reshape of the accumulator.
+    # NP = next_n rounded up to a power of two (Triton tile sizes); padded tokens are masked off
     req = tl.program_id(0)
     start = tl.program_id(1) * KEYS_PER_PROG
     j = tl.arange(0, NP)
@@ -63,21 +61,12 @@ def _paged_logits_kernel(
             off = pos % PAGE
             k = tl.load(kv_ptr + (base + off * D)[:, None] + d[None, :], mask=live[:, None], other=0.0)
             k_scale = tl.load(kscale_ptr + (base + PAGE * D) // 4 + off, mask=live, other=0.0)
-            limit = max_len if CLEAN else req_len
-            if TOKEN_LOOP:
-                hd = tl.arange(0, H)
-                for t in tl.static_range(NEXT_N):
-                    first = (req.to(tl.int64) * NEXT_N + t) * H
-                    q_t = tl.load(q_ptr + (first + hd)[:, None] * D + d[None, :])
-                    w_t = tl.load(w_ptr + first + hd)
-                    s_t = tl.sum(tl.maximum(tl.dot(k, tl.trans(q_t)), 0.0) * w_t[None, :], axis=1) * k_scale
-                    len_t = tl.load(lens_ptr + req * NEXT_N + t)
-                    s_t = tl.where(pos < len_t, s_t, float("-inf"))
-                    tl.store(out_ptr + (req * NEXT_N + t).to(tl.int64) * stride_out + pos, s_t, mask=pos < limit)
+            s = tl.trans(_scores_tile(q, w, k, k_scale, NP, H, BLOCK_K))
+            s = tl.where(pos[None, :] < lens[:, None], s, float("-inf"))
+            if CLEAN:
+                tl.store(out_rows + pos[None, :], s, mask=tok_ok[:, None] & (pos[None, :] < max_len))
             else:
-                s = tl.trans(_scores_tile(q, w, k, k_scale, NP, H, BLOCK_K))
-                s = tl.where(pos[None, :] < lens[:, None], s, float("-inf"))
-                tl.store(out_rows + pos[None, :], s, mask=tok_ok[:, None] & (pos[None, :] < limit))
+                tl.store(out_rows + pos[None, :], s, mask=tok_ok[:, None] & (pos[None, :] < req_len))
     elif CLEAN:
         for k0 in range(0, KEYS_PER_PROG, BLOCK_K):
             pos = start + k0 + tl.arange(0, BLOCK_K)
@@ -132,7 +121,7 @@ def paged_indexer_logits(
     out = torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
     if n == 0 or max_context_len == 0:
         return out
-    cfg = {"TOKEN_LOOP": False, **(config or paged_config(batch, max_context_len, next_n))}
+    cfg = dict(config or paged_config(batch, max_context_len, next_n))
     grid = (batch, triton.cdiv(max_context_len, cfg["KEYS_PER_PROG"]))
     _paged_logits_kernel[grid](
         q_fp8.contiguous(), weights.contiguous(), index_pool.view(torch.float8_e4m3fn),

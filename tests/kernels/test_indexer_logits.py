@@ -29,12 +29,10 @@ def _assert_close(out, want):
     assert (out[finite] - want[finite]).abs().max() <= 1e-5 * want[finite].abs().max()
 
 
-@pytest.mark.parametrize("token_loop", [False, True])
 @pytest.mark.parametrize("next_n", [1, 2, 3, 4])
-def test_paged_logits_match_reference_for_every_next_n(next_n, token_loop):
+def test_paged_logits_match_reference_for_every_next_n(next_n):
     q, w, pool, table, lens = _paged_inputs([37, 70, 5], next_n)
-    out = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, 96, next_n,
-                                              config=dict(SMALL_TILES, TOKEN_LOOP=token_loop))
+    out = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, 96, next_n, config=SMALL_TILES)
     _assert_close(out, reference.paged_indexer_logits_ref(q, w, pool, table, lens, PAGE, 96, next_n))
 
 
