@@ -2,6 +2,7 @@
 torch and the copy / bf16-matmul ceilings, all measured in the same run.
 
     source .device/setup.sh && python3 benchmarks/bench_kernels.py            # GPU, writes $OUT
+    source .device/setup.sh && python3 benchmarks/bench_kernels.py --only topk  # one section (~1 min)
     TRITON_INTERPRET=1 .venv/bin/python benchmarks/bench_kernels.py --smoke   # CPU logic check
 
 Writes results.json and results.md to $OUT (or ./bench_out) after every section, so a run cut
@@ -38,7 +39,8 @@ from dsa_kernels import dispatch, indexer_logits, reference, sparse_mla, topk  #
 ARGS = argparse.ArgumentParser()
 ARGS.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (interpreter), no timing claims")
 ARGS.add_argument("--budget", type=float, default=480.0, help="seconds after which no new section starts")
-ARGS.add_argument("--only", default="", help="comma list of sections to run")
+ARGS.add_argument("--only", default="", help="comma list of sections to run: ceilings, correctness, indexer, topk, "
+                  "decode, prefill (e.g. --only topk)")
 OPT = ARGS.parse_args()
 DEV = "cpu" if OPT.smoke else "cuda"
 T0 = time.time()
@@ -290,30 +292,64 @@ def indexer():
 
 @section("topk")
 def topk_section():
+    """Top-k + transform at k 2048 next to torch.topk and the indexer that feeds it, all timed here
+    (so `--only topk` stands alone); every timed output is checked against the reference."""
     cases = [(4, 256), (1, 1024)] if OPT.smoke else [(1, 32768), (32, 32768), (128, 32768), (1, 131072), (32, 131072), (128, 131072)]
+    pool = index_pool(max(b * c for b, c in cases) // PAGE + 64)
+    dg = lib("deep_gemm")
+
+    def exact(logits, lens, table, got):
+        return torch.equal(got, reference.paged_transform_ref(reference.topk_positions_ref(logits, lens, K), table, PAGE))
+
     for batch, ctx in cases:
-        logits = torch.randn(batch, ctx, device=DEV)
-        lens = torch.full((batch,), ctx, device=DEV, dtype=torch.int32)
-        table = torch.arange(batch * ctx // PAGE, device=DEV, dtype=torch.int32).view(batch, -1)
-        ms = bench(lambda: dispatch.topk_transform(logits, lens, K, "paged", block_table=table, page_size=PAGE, backend="triton"))
-        offs = torch.zeros(batch, device=DEV, dtype=torch.int32)
-        ms_r = bench(lambda: dispatch.topk_transform(logits, lens, K, "ragged", offsets=offs, backend="triton"))
+        q, w, table, lens = paged_case(batch, ctx, 1, pool)
+        tag = dict(batch=batch, ctx=ctx)
+        ms_idx = bench(lambda: indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, ctx, 1, clean_logits=False))
+        row("topk", "triton paged indexer (next_n 1, default config)", ms_idx, **tag)
+        ms_dg = None
+        if dg is not None:
+            try:
+                ms_dg = bench(lambda: dispatch._deepgemm_paged(q, w, pool, table, lens, PAGE, ctx, 1, False))
+                row("topk", "deepgemm paged indexer (next_n 1)", ms_dg, **tag)
+            except Exception as exc:  # noqa: BLE001
+                RES["errors"].append(f"deepgemm paged {tag}: {str(exc)[:200]}")
+        for source in ("randn", "indexer"):
+            if source == "randn":
+                logits = torch.randn(batch, ctx, device=DEV)
+            else:  # the indexer's own output: the distribution the sampled threshold sees in serving
+                logits = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, ctx, 1)
 
-        def torch_topk():
-            pos = torch.topk(logits, K, dim=1).indices
-            return table.gather(1, pos // PAGE) * PAGE + pos % PAGE
+            def paged():
+                return dispatch.topk_transform(logits, lens, K, "paged", block_table=table, page_size=PAGE, backend="triton")
 
-        ms_t = bench(torch_topk)
-        idx_ms = [r["ms"] for r in RES["rows"] if r["section"] == "indexer" and r["name"] == "triton paged"
-                  and r.get("batch") == batch and r.get("ctx") == ctx and r.get("next_n") == 1]
-        frac = round(ms / idx_ms[0], 3) if idx_ms else None
-        row("topk", "triton paged transform", ms, batch=batch, ctx=ctx, frac_of_indexer=frac,
-            vs_torch_speed=round(ms_t / ms, 3))
-        row("topk", "triton ragged transform", ms_r, batch=batch, ctx=ctx)
-        row("topk", "torch.topk + gather", ms_t, batch=batch, ctx=ctx)
-        got = dispatch.topk_transform(logits[:2], lens[:2], K, "paged", block_table=table[:2], page_size=PAGE, backend="triton")
-        want = reference.paged_transform_ref(reference.topk_positions_ref(logits[:2], lens[:2], K), table[:2], PAGE)
-        check(f"topk exact batch={batch} ctx={ctx}", torch.equal(got, want))
+            ms = bench(paged)
+            fracs = dict(frac_of_indexer=round(ms / ms_idx, 3), frac_of_deepgemm=round(ms / ms_dg, 3) if ms_dg else None)
+            if source == "randn":
+                offs = torch.zeros(batch, device=DEV, dtype=torch.int32)
+                ms_r = bench(lambda: dispatch.topk_transform(logits, lens, K, "ragged", offsets=offs, backend="triton"))
+
+                def torch_topk():
+                    pos = torch.topk(logits, K, dim=1).indices
+                    return table.gather(1, pos // PAGE) * PAGE + pos % PAGE
+
+                ms_t = bench(torch_topk)
+                row("topk", "triton paged transform", ms, **tag, **fracs, vs_torch_speed=round(ms_t / ms, 3))
+                row("topk", "triton ragged transform", ms_r, **tag)
+                row("topk", "torch.topk + gather", ms_t, **tag)
+            else:
+                row("topk", "triton paged transform, indexer logits", ms, **tag, **fracs)
+            check(f"topk exact {source} batch={batch} ctx={ctx}", exact(logits, lens, table, paged()))
+        del q, w, table, lens, logits
+    # Massive ties overflow the candidate list: the exact whole-row fallback, for its cost.
+    batch, ctx = (4, 256) if OPT.smoke else (32, 32768)
+    logits = torch.randint(0, 16, (batch, ctx), device=DEV).float()
+    lens = torch.full((batch,), ctx, device=DEV, dtype=torch.int32)
+    table = torch.arange(batch * ctx // PAGE, device=DEV, dtype=torch.int32).view(batch, -1)
+    got = dispatch.topk_transform(logits, lens, K, "paged", block_table=table, page_size=PAGE, backend="triton")
+    row("topk", "triton paged transform, 16 distinct values (whole-row fallback)", bench(
+        lambda: dispatch.topk_transform(logits, lens, K, "paged", block_table=table, page_size=PAGE, backend="triton")),
+        batch=batch, ctx=ctx)
+    check(f"topk exact ties batch={batch} ctx={ctx}", exact(logits, lens, table, got))
 
 
 MLA_CONFIGS = [
