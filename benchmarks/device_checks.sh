@@ -32,7 +32,12 @@ for stage in "$@"; do
     mla-sweep)
       timeout 300 python3 benchmarks/sweep_sparse_mla.py --json "$OUT/sweep_sparse_mla.json" 2>&1 | tail -12 ;;
     topk)
-      timeout 200 python3 benchmarks/bench_kernels.py --only topk --json "$OUT/bench_topk.json" 2>&1 | tail -30 ;;
+      timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_topk.py 2>&1 | tail -5
+      mkdir -p "$OUT/topk" && OUT="$OUT/topk" timeout 240 python3 benchmarks/bench_kernels.py --only topk --budget 200 \
+        2>&1 | tail -40 ;;
+    mla)
+      mkdir -p "$OUT/mla" && OUT="$OUT/mla" timeout 300 python3 benchmarks/bench_kernels.py --only ceilings,decode,prefill \
+        --budget 260 2>&1 | grep -v '"check"' | tail -40 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
