@@ -120,11 +120,14 @@ def _sparse_mla_kernel(
 def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     """Tile shape and split count: split top-k only while programs would leave half the SMs idle.
 
-    From the H200 sweep (benchmarks/sweep_sparse_mla.py, docs/PERFORMANCE.md): unsplit, 32-key
-    tiles on 4 warps spill least; split, 64-key tiles on 8 warps, double-buffered, at 512+ keys a split.
+    From the H200 runs (docs/PERFORMANCE.md): prefill-sized grids (many waves of programs, keys
+    from L2) run best on 64-key tiles and 8 warps; unsplit decode (random rows of a large pool) on
+    32-key tiles and 4 warps, which spill least; split decode on 64-key tiles, 8 warps, two stages.
     """
     block_h = 64 if heads % 64 == 0 else 16
     programs = n * (heads // block_h)
+    if programs >= 16 * num_sms:
+        return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=1, num_warps=8, num_stages=1)
     split = 1
     while programs * split * 2 < num_sms and topk // (split * 2) >= 512:
         split *= 2
