@@ -3,6 +3,9 @@
 Two backends share one contract. `indexer_topk` returns top-k as token positions within each
 request (-1 = unused, ascending) and `sparse_mla` maps positions to pool slots through the block
 table, so a shared layer or the MTP layer can reuse a top-k across batches of the same requests.
+Positions are KV positions: in a draft tree (batch.tree) node i of a tree based at b sits at
+position b + i, so top-k names each node's own slot although siblings share a RoPE position; the
+indexer ranges only over what the token sees (TreeVisibility), and sparse MLA reads only the top-k.
 - TorchDsaBackend: the reference (CPU, and the oracle on the GPU), built on dsa_kernels.reference.
 - KernelDsaBackend: dsa_kernels dispatch (DeepGEMM / FlashMLA / Triton). Prefill (EXTEND) takes
   the ragged indexer path, decode-like modes the paged one with one context length per query token.
@@ -79,9 +82,20 @@ class TorchDsaBackend:
         for r in range(batch.batch_size):
             rows = slice(offsets[r], offsets[r + 1])
             n = offsets[r + 1] - offsets[r]
+            seq_len = int(batch.seq_lens[r])
+            if batch.tree is None:
+                logits = ref.paged_indexer_logits_ref(q_in[rows], w[rows], keys, batch.block_table[r : r + 1],
+                                                      context[rows], batch.page_size, seq_len, n)
+                out[rows] = ref.topk_positions_ref(logits, context[rows], topk)
+                continue
+            # Score every key of the request, then rank each token's visible keys only, in
+            # position order (so ties break as in a plain causal pass over the same sequence).
+            every_key = torch.full_like(context[rows], seq_len)
             logits = ref.paged_indexer_logits_ref(q_in[rows], w[rows], keys, batch.block_table[r : r + 1],
-                                                  context[rows], batch.page_size, int(batch.seq_lens[r]), n)
-            out[rows] = ref.topk_positions_ref(logits, context[rows], topk)
+                                                  every_key, batch.page_size, seq_len, n)
+            visible = batch.tree.visible_positions(rows, int(context[rows].max()))
+            picked = ref.topk_positions_ref(logits.gather(1, visible), context[rows], topk)
+            out[rows] = torch.where(picked >= 0, visible.gather(1, picked.long().clamp_min(0)), -1).to(torch.int32)
         return out
 
     def sparse_mla(self, q: torch.Tensor, pool: MlaKVPool, layer: int, batch: ForwardBatch,
@@ -100,7 +114,8 @@ def _note_fallback(what: str) -> None:
 class KernelDsaBackend:
     """The two DSA steps through dsa_kernels (GPU). What the kernels do not cover falls back to the
     reference, logged once: the indexer over an exact ("auto") key pool (the kernels read only the
-    FP8 layout), and sparse MLA unless q and an exact pool are bf16."""
+    FP8 layout) or of a draft tree (no tree-mask kernels; sparse MLA needs none, it reads only the
+    top-k), and sparse MLA unless q and an exact pool are bf16."""
 
     def __init__(self):
         self.reference = TorchDsaBackend()
@@ -110,6 +125,9 @@ class KernelDsaBackend:
         """Same contract as TorchDsaBackend.indexer_topk."""
         import dsa_kernels
 
+        if batch.tree is not None:  # no tree-mask kernels: the reference ranks visible keys only
+            _note_fallback("the indexer of a draft tree (tree visibility)")
+            return self.reference.indexer_topk(q, weights, pool, layer, batch, topk, softmax_scale)
         if not pool.fp8 or q.shape[-1] != 128:
             _note_fallback("the indexer over an exact (kv_cache_dtype='auto') key pool")
             return self.reference.indexer_topk(q, weights, pool, layer, batch, topk, softmax_scale)

@@ -10,7 +10,7 @@ import torch
 
 class ForwardMode(enum.Enum):
     EXTEND = enum.auto()          # prefill, or a chunk of it: several new tokens per request
-    DECODE = enum.auto()          # one new token per request
+    DECODE = enum.auto()          # one new token per request (per frontier node in a tree draft step)
     TARGET_VERIFY = enum.auto()   # speculative decoding: draft tokens checked by the target
     DRAFT_EXTEND = enum.auto()    # speculative decoding: the draft layer catches up on accepted tokens
 
@@ -21,13 +21,54 @@ class ForwardMode(enum.Enum):
 
 
 @dataclass(frozen=True)
+class TreeLayout:
+    """A request's new tokens as nodes of a draft tree whose root (node 0) sits at the request's
+    prefix length `base`: ancestors[j] = node ids from the root down to token j's own node.
+
+    Token j's KV goes to position base + node (each node its own slot), its RoPE position is
+    base + depth (siblings share it), and it sees positions < base plus its ancestors' slots.
+    """
+
+    ancestors: tuple[tuple[int, ...], ...]
+
+    @property
+    def is_causal(self) -> bool:
+        """Node ids equal to depths along one path: plain position causality gives the same."""
+        return all(a == tuple(range(len(a))) for a in self.ancestors)
+
+
+@dataclass(frozen=True)
+class TreeVisibility:
+    """What each query token sees when a batch holds draft trees: its request's positions
+    < base[t], plus base[t] + ancestors[t] (node ids, root to itself, -1 padded).
+
+    A token outside a tree is node 0 of a tree based at its own position, which is plain causality.
+    Either way a token sees positions[t] + 1 keys. base: [tokens] int64; ancestors: [tokens, depth + 1].
+    """
+
+    base: torch.Tensor
+    ancestors: torch.Tensor
+
+    def visible_positions(self, rows: slice, width: int) -> torch.Tensor:
+        """[rows, width] int64: the KV position of each row's j-th visible key, ascending (past a
+        row's own count the entries are filler positions of the same request)."""
+        base = self.base[rows, None]
+        ancestors = self.ancestors[rows]
+        j = torch.arange(width, device=base.device)[None, :]
+        depth = (j - base).clamp(0, ancestors.shape[1] - 1)
+        nodes = ancestors.gather(1, depth).clamp_min(0)
+        return torch.where(j < base, j, base + nodes)
+
+
+@dataclass(frozen=True)
 class ForwardBatch:
     """Tokens of all requests, flattened request after request.
 
     input_ids, positions, out_cache_loc: [tokens]; seq_lens, extend_lens: [batch] (KV length after
     this forward, and tokens added by it); block_table: [batch, max_pages] int32 page ids;
     logits_rows: [rows] token rows whose logits are returned (last token of each request unless
-    the mode wants every token).
+    the mode wants every token); tree: per-token visibility when some request's tokens form a
+    draft tree (None: position causality).
     """
 
     mode: ForwardMode
@@ -39,6 +80,7 @@ class ForwardBatch:
     block_table: torch.Tensor
     page_size: int
     logits_rows: torch.Tensor
+    tree: TreeVisibility | None = None
 
     @property
     def batch_size(self) -> int:
@@ -61,16 +103,35 @@ class ForwardBatch:
     @classmethod
     def build(cls, mode: ForwardMode, input_ids: list[list[int]], prefix_lens: list[int],
               page_tables: list[list[int]], page_size: int, device: torch.device | str = "cpu",
-              all_logits: bool | list[bool] = False) -> "ForwardBatch":
+              all_logits: bool | list[bool] = False,
+              trees: list[TreeLayout | None] | None = None) -> "ForwardBatch":
         """From per-request new token ids, cached-prefix lengths and page lists.
 
         all_logits (one flag, or one per request): return logits for every new token of the
-        request (speculative verify) rather than only its last.
+        request (speculative verify) rather than only its last. trees[r], when given, lays request
+        r's tokens out as draft-tree nodes based at prefix_lens[r] (see TreeLayout).
         """
         extend = [len(ids) for ids in input_ids]
         if any(n == 0 for n in extend):
             raise ValueError("every request in a forward batch needs at least one new token")
-        seq = [p + n for p, n in zip(prefix_lens, extend)]
+        trees = trees or [None] * len(extend)
+        positions, cache_positions, bases, ancestors = [], [], [], []
+        for prefix, n, tree in zip(prefix_lens, extend, trees):
+            if tree is None:
+                plain = list(range(prefix, prefix + n))
+                positions += plain
+                cache_positions += plain
+                bases += plain
+                ancestors += [(0,)] * n
+            else:
+                if len(tree.ancestors) != n:
+                    raise ValueError(f"a tree layout of {len(tree.ancestors)} nodes for {n} tokens")
+                positions += [prefix + len(a) - 1 for a in tree.ancestors]
+                cache_positions += [prefix + a[-1] for a in tree.ancestors]
+                bases += [prefix] * n
+                ancestors += list(tree.ancestors)
+        ends = torch.cumsum(torch.tensor(extend), 0)
+        seq = [max(cache_positions[int(e) - n: int(e)]) + 1 for e, n in zip(ends, extend)]
         for r, (length, pages) in enumerate(zip(seq, page_tables)):
             if len(pages) * page_size < length:
                 raise ValueError(f"request {r} needs {length} KV slots but has {len(pages)} pages of {page_size}")
@@ -78,21 +139,26 @@ class ForwardBatch:
         table = torch.zeros(len(page_tables), width, dtype=torch.int32)
         for r, pages in enumerate(page_tables):
             table[r, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
-        positions = torch.cat([torch.arange(p, p + n) for p, n in zip(prefix_lens, extend)])
+        cache_pos = torch.tensor(cache_positions)
         request_of_token = torch.repeat_interleave(torch.arange(len(extend)), torch.tensor(extend))
-        pages_of_token = table.long()[request_of_token, positions // page_size]
-        ends = torch.cumsum(torch.tensor(extend), 0)
+        pages_of_token = table.long()[request_of_token, cache_pos // page_size]
         flags = all_logits if isinstance(all_logits, list) else [all_logits] * len(extend)
         rows = torch.cat([torch.arange(int(e) - n, int(e)) if every else torch.tensor([int(e) - 1])
                           for e, n, every in zip(ends, extend, flags)])
+        tree = None
+        if any(t is not None and not t.is_causal for t in trees):
+            depth = max(len(a) for a in ancestors)
+            padded = torch.tensor([list(a) + [-1] * (depth - len(a)) for a in ancestors])
+            tree = TreeVisibility(torch.tensor(bases).to(device), padded.to(device))
         return cls(
             mode=mode,
             input_ids=torch.tensor([t for ids in input_ids for t in ids], dtype=torch.long, device=device),
-            positions=positions.to(device),
-            out_cache_loc=(pages_of_token * page_size + positions % page_size).to(device),
+            positions=torch.tensor(positions).to(device),
+            out_cache_loc=(pages_of_token * page_size + cache_pos % page_size).to(device),
             seq_lens=torch.tensor(seq, dtype=torch.int32, device=device),
             extend_lens=torch.tensor(extend, dtype=torch.int32, device=device),
             block_table=table.to(device),
             page_size=page_size,
             logits_rows=rows.to(device),
+            tree=tree,
         )

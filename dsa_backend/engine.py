@@ -25,9 +25,11 @@ from dsa_backend.sampling import (SamplingBatch, SamplingRow, check_vocab, make_
 from dsa_backend.sampling_params import SamplingParams
 from dsa_backend.scheduler import ScheduledChunk, Scheduler
 from dsa_backend.sequence import Sequence
-from dsa_backend.spec.acceptance import accept_drafts
+from dsa_backend.spec.acceptance import accept_tree
+from dsa_backend.spec.compaction import compact_accepted_path
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.drafter import DraftInput, MtpDrafter
+from dsa_backend.spec.tree import ROOT_ONLY
 from dsa_kernels.batch_invariant import enable_batch_invariant_mode
 
 logger = logging.getLogger(__name__)
@@ -106,7 +108,7 @@ class Engine:
         self.scheduler = Scheduler(self.cache.allocator, args.page_size, args.max_running_requests,
                                    args.max_num_batched_tokens)
         self.generator = torch.Generator(device=self.device).manual_seed(args.seed)
-        self.spec = self._spec_config(args)
+        self.spec = self._spec_config(args, info.mtp_has_indexer)
         self.drafter = (MtpDrafter(self.model, self.cache, self.spec, args.page_size, self.device)
                         if self.spec else None)
         self.sequences: dict[str, Sequence] = {}
@@ -114,7 +116,7 @@ class Engine:
         logger.info("engine ready: %s on %s/%s, %d KV pages of %d tokens", self.config.architecture,
                     self.device, self.dtype, num_pages, args.page_size)
 
-    def _spec_config(self, args: EngineArgs) -> SpecConfig | None:
+    def _spec_config(self, args: EngineArgs, mtp_has_indexer: bool) -> SpecConfig | None:
         if args.speculative_algorithm is None:
             return None
         spec = SpecConfig(args.speculative_algorithm, args.speculative_num_steps, args.speculative_eagle_topk,
@@ -122,6 +124,11 @@ class Engine:
         if self.config.num_nextn_predict_layers < 1:
             raise ValueError(f"speculative_algorithm={spec.algorithm!r} drafts with the checkpoint's MTP layer, "
                              "but its num_nextn_predict_layers is 0")
+        if not spec.is_chain and not mtp_has_indexer:
+            # Tree draft steps need top-k over each node's own ancestors; reusing the previous
+            # step's top-k is valid only for chains.
+            raise ValueError(f"speculative_eagle_topk={spec.topk} (tree drafting) needs an MTP layer with its own "
+                             "indexer, and this checkpoint's has none; use speculative_eagle_topk 1")
         return spec
 
     def _pages_from_memory(self) -> int:
@@ -159,7 +166,7 @@ class Engine:
         if len(prompt_ids) + params.max_tokens > self.max_model_len:
             raise ValueError(f"max_tokens ({params.max_tokens}) plus the prompt ({len(prompt_ids)} tokens) "
                              f"exceeds the context limit max_model_len={self.max_model_len}")
-        lookahead = self.spec.num_steps if self.spec else 0  # draft tokens verified past the end
+        lookahead = self.spec.lookahead if self.spec else 0  # draft slots written past the end
         worst = pages_needed(len(prompt_ids) + params.max_tokens + lookahead, self.args.page_size)
         if worst > self.cache.allocator.num_pages:
             raise ValueError(f"prompt plus max_tokens needs {worst} KV pages; the pool has "
@@ -200,19 +207,20 @@ class Engine:
 
     def _speculative_step(self, chunks: list[ScheduledChunk], batch: ForwardBatch,
                           out: ForwardOutput) -> list[RequestOutput]:
-        """Accept drafts against the target (a plain sample where there were none), then draft anew."""
+        """Accept drafts against the target (a plain sample where there were none), move the
+        accepted path's KV to the front of the draft region, then draft anew."""
         rows, logit_rows, first_row, row = [], [], {}, 0
         for i, chunk in enumerate(chunks):
-            n_rows = 1 + len(chunk.drafts) if chunk.drafts else 1
+            tree = chunk.draft or ROOT_ONLY
             if chunk.completes:
                 first_row[i] = len(logit_rows)
                 seq = chunk.seq
-                for j in range(n_rows):
-                    # position j is judged as if drafts[:j] were already output (penalties, min_tokens)
-                    rows.append(SamplingRow(seq.params, seq.prompt_ids, seq.output_ids + list(chunk.drafts[:j]),
+                for node in range(tree.num_nodes):
+                    # a node is judged as if its path were already output (penalties, min_tokens)
+                    rows.append(SamplingRow(seq.params, seq.prompt_ids, seq.output_ids + tree.path_tokens(node),
                                             seq.generator))
-                    logit_rows.append(row + j)
-            row += n_rows
+                    logit_rows.append(row + node)
+            row += tree.num_nodes
         outputs, accepted = [], {}
         if rows:
             sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device)
@@ -220,45 +228,56 @@ class Engine:
             probs, logprobs = sampling_probs(processed, sampling), processed.log_softmax(dim=-1)
             for i, r in first_row.items():
                 chunk, seq = chunks[i], chunks[i].seq
-                k = len(chunk.drafts)
-                tokens = accept_drafts(probs[r:r + k + 1], list(chunk.drafts), seq.generator or self.generator)
-                accepted[i] = len(tokens) - 1
-                seq.num_computed += accepted[i]  # the accepted drafts' KV, written by verify, is kept
-                seq.num_draft_tokens += k
-                seq.num_accepted_draft_tokens += accepted[i]
-                token_logprobs = [float(logprobs[r + j, t]) for j, t in enumerate(tokens)]
+                tree = chunk.draft or ROOT_ONLY
+                path, tokens = accept_tree(probs[r:r + tree.num_nodes], tree, seq.generator or self.generator)
+                accepted[i] = path
+                compact_accepted_path(self.cache, batch, i, chunk.start, path)
+                seq.num_computed += len(path)  # the accepted drafts' KV, written by verify, is kept
+                seq.num_draft_tokens += tree.num_drafts
+                seq.num_accepted_draft_tokens += len(path)
+                token_logprobs = [float(logprobs[r + node, t]) for node, t in zip([0] + path, tokens)]
                 outputs.append(self._append(seq, tokens, token_logprobs))
         self._draft(chunks, batch, out, accepted, completed=set(first_row))
         return outputs
 
     def _draft(self, chunks: list[ScheduledChunk], batch: ForwardBatch, out: ForwardOutput,
-               accepted: dict[int, int], completed: set[int]) -> None:
+               accepted: dict[int, list[int]], completed: set[int]) -> None:
         offsets = batch.token_offsets
         items = []
         for i, chunk in enumerate(chunks):
             seq = chunk.seq
-            seq.draft_ids = []
+            seq.draft = None
             if seq.is_finished:
                 continue
-            # The MTP layer covers the positions whose KV the target kept, one token ahead.
-            span = 1 + accepted[i] if chunk.drafts else chunk.num_tokens
-            rows = slice(offsets[i], offsets[i] + span)
-            wants = i in completed and self.scheduler.reserve(seq, seq.num_computed + self.spec.num_steps)
+            # The MTP layer covers the positions whose KV the target kept, one token ahead: the
+            # root and the accepted path (compacted behind it), or the chunk's tokens.
+            if chunk.draft:
+                rows = offsets[i] + torch.tensor([0] + accepted[i], device=self.device)
+                span = 1 + len(accepted[i])
+            else:
+                rows, span = slice(offsets[i], offsets[i] + chunk.num_tokens), chunk.num_tokens
+            wants = i in completed and self.scheduler.reserve(seq, seq.num_computed + self.spec.lookahead)
+            # Only a chain reuses the target's top-k, and a chain's path needs no relabelling.
+            topk = out.topk[rows] if self.spec.reuses_topk else None
             items.append(DraftInput(seq, chunk.start, seq.token_ids(chunk.start + 1, chunk.start + span + 1),
-                                    out.hidden[rows], out.topk[rows], wants))
+                                    out.hidden[rows], topk, wants))
         self.drafter.draft(items)
 
     def _forward_batch(self, chunks: list[ScheduledChunk]) -> ForwardBatch:
-        if all(c.drafts and c.num_tokens == 1 for c in chunks):
+        # A chunk with drafts is one token, the request's last (the scheduler drops drafts
+        # otherwise): the tree's root, the drafts its nodes.
+        if all(c.draft and c.num_tokens == 1 for c in chunks):
             mode = ForwardMode.TARGET_VERIFY
-        elif all(c.num_tokens == 1 and c.start > 0 and not c.drafts for c in chunks):
+        elif all(c.num_tokens == 1 and c.start > 0 and not c.draft for c in chunks):
             mode = ForwardMode.DECODE
         else:
             mode = ForwardMode.EXTEND
         return ForwardBatch.build(
-            mode, [c.seq.token_ids(c.start, c.start + c.num_tokens) + list(c.drafts) for c in chunks],
+            mode, [c.seq.token_ids(c.start, c.start + c.num_tokens) + list(c.draft.tokens if c.draft else ())
+                   for c in chunks],
             [c.start for c in chunks], [c.seq.pages for c in chunks], self.args.page_size, self.device,
-            all_logits=[bool(c.drafts) for c in chunks])
+            all_logits=[bool(c.draft) for c in chunks],
+            trees=[c.draft.layout() if c.draft else None for c in chunks])
 
     def _append(self, seq: Sequence, tokens: list[int], logprobs: list[float | None]) -> RequestOutput:
         """Append tokens in order until one stops the request."""

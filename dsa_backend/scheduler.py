@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from dsa_backend.cache.allocator import PageAllocator, pages_needed
 from dsa_backend.sequence import Sequence, SequenceStatus
+from dsa_backend.spec.tree import DraftTree
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,11 @@ class ScheduledChunk:
     seq: Sequence
     start: int        # first token position computed in this step
     num_tokens: int   # tokens of the sequence computed in this step
-    drafts: tuple[int, ...] = ()  # draft tokens verified after them (speculative decoding)
+    draft: DraftTree | None = None  # draft tokens verified after them (speculative decoding)
+
+    @property
+    def num_drafts(self) -> int:
+        return self.draft.num_drafts if self.draft else 0
 
     @property
     def completes(self) -> bool:
@@ -57,13 +62,14 @@ class Scheduler:
             if seq not in self.running:  # retracted while making room for an earlier one
                 continue
             n = min(seq.num_uncomputed, budget)
-            if seq.draft_ids and (n != seq.num_uncomputed or n + len(seq.draft_ids) > budget):
-                seq.draft_ids = []
-            drafts = tuple(seq.draft_ids)
-            if not self._grow(seq, seq.num_computed + n + len(drafts), protect={c.seq for c in chunks}):
+            if seq.draft and (n != seq.num_uncomputed or n + seq.draft.num_drafts > budget):
+                seq.draft = None
+            chunk = ScheduledChunk(seq, seq.num_computed, n, seq.draft)
+            # a tree's nodes take consecutive slots after the root, as a chain's tokens do
+            if not self._grow(seq, seq.num_computed + n + chunk.num_drafts, protect={c.seq for c in chunks}):
                 continue
-            chunks.append(ScheduledChunk(seq, seq.num_computed, n, drafts))
-            budget -= n + len(drafts)
+            chunks.append(chunk)
+            budget -= n + chunk.num_drafts
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
             seq = self.waiting[0]
             n = min(seq.num_uncomputed, budget)
@@ -104,7 +110,7 @@ class Scheduler:
         self.running.remove(seq)
         self._release(seq)
         seq.num_computed = 0
-        seq.draft_ids = []
+        seq.draft = None
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)
         self.num_retractions += 1

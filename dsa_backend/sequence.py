@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from dsa_backend.sampling_params import SamplingParams
+from dsa_backend.spec.tree import DraftTree
 
 
 class SequenceStatus(enum.Enum):
@@ -35,7 +36,7 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: str | None = None
     generator: torch.Generator | None = None
-    draft_ids: list[int] = field(default_factory=list)   # speculative tokens to verify next step
+    draft: DraftTree | None = None                       # speculative tokens to verify next step
     num_draft_tokens: int = 0                            # drafted so far (for acceptance stats)
     num_accepted_draft_tokens: int = 0
 

@@ -9,8 +9,9 @@ from checkpoints import random_prompts
 from dsa_backend import LLM
 from dsa_backend.engine import Engine, EngineArgs
 from dsa_backend.sampling_params import SamplingParams
-from dsa_backend.spec.acceptance import accept_drafts
+from dsa_backend.spec.acceptance import accept_tree
 from dsa_backend.spec.config import SpecConfig
+from dsa_backend.spec.tree import DraftTree
 from test_engine import run_all
 
 PROMPTS = random_prompts([20, 45, 70, 100, 33, 64, 90, 12], seed=31)  # five longer than index_topk 32
@@ -55,12 +56,12 @@ def test_accepted_drafts_keep_their_kv_and_stay_lossless(checkpoint, corrupt_las
     def oracle_draft(items):
         real_draft(items)  # keeps the MTP layer's own KV up to date
         for it in items:
-            if it.seq.draft_ids:
+            if it.seq.draft:
                 n = len(it.seq.output_ids)
                 drafts = expected[ids[it.seq.request_id]][n:n + 3]
                 if corrupt_last and len(drafts) == 3:
                     drafts = drafts[:2] + [(drafts[2] + 1) % 1000]
-                it.seq.draft_ids = drafts
+                it.seq.draft = DraftTree.chain(drafts) if drafts else None
 
     spec.drafter.draft = oracle_draft
     finals = {}
@@ -120,7 +121,7 @@ def test_rejection_sampling_emits_the_target_distribution():
     gen = torch.Generator().manual_seed(0)
     first, second = torch.zeros(6), torch.zeros(6)
     for _ in range(20000):
-        out = accept_drafts(probs, [2, 0], gen)
+        _, out = accept_tree(probs, DraftTree.chain([2, 0]), gen)
         first[out[0]] += 1
         if out[0] == 2:
             second[out[1]] += 1
@@ -130,9 +131,9 @@ def test_rejection_sampling_emits_the_target_distribution():
 
 def test_greedy_target_accepts_exactly_the_matching_prefix():
     one_hot = torch.eye(5)[[3, 1, 4]]  # the target's argmax is 3, then 1, then 4
-    assert accept_drafts(one_hot, [3, 1], None) == [3, 1, 4]
-    assert accept_drafts(one_hot, [3, 2], None) == [3, 1]
-    assert accept_drafts(one_hot, [0, 1], None) == [3]
+    assert accept_tree(one_hot, DraftTree.chain([3, 1]), None) == ([1, 2], [3, 1, 4])
+    assert accept_tree(one_hot, DraftTree.chain([3, 2]), None) == ([1], [3, 1])
+    assert accept_tree(one_hot, DraftTree.chain([0, 1]), None) == ([], [3])
 
 
 def test_seeded_sampling_with_speculation_is_reproducible(checkpoint):
@@ -148,7 +149,7 @@ def test_cancelling_mid_speculation_frees_every_page_drafts_included(checkpoint)
     for _ in range(4):
         e.step()
     seq = e.sequences["a"]
-    assert seq.draft_ids and seq.num_draft_tokens > 0
+    assert seq.draft and seq.num_draft_tokens > 0
     e.abort("a")
     assert e.cache.allocator.num_free == e.cache.allocator.num_pages
 

@@ -1,28 +1,37 @@
-"""Accepting draft tokens against the target distribution, losslessly.
+"""Accepting draft tokens against the target distribution, losslessly, along a draft tree.
 
-Drafts are the MTP layer's argmax, so the draft distribution q is one-hot at each draft token.
-Speculative sampling then accepts draft d with probability min(1, p(d) / q(d)) = p(d) and, on
-rejection, samples from normalize(max(p - q, 0)) = p with d removed; the emitted tokens follow p
-exactly. Greedy rows have a one-hot p, which makes this the plain "longest matching prefix" rule.
+Drafts are deterministic (the MTP layer's top tokens), so each child's draft distribution is
+one-hot. At a node with target distribution p and children c1, c2, ... (distinct tokens), the
+multi-candidate rejection rule of SpecInfer accepts c1 with probability p(c1); on rejection p loses
+c1 and is renormalized, and c2 is tried against that residual, and so on; when every child is
+rejected the token is sampled from the final residual. Each token x then comes out with
+probability exactly p(x), and an accepted child repeats the rule one level down with its own
+target row. A chain is the tree of one child per node (plain speculative sampling); greedy rows
+have a one-hot p, which makes this "follow the child that equals the target's argmax".
 """
 
 from __future__ import annotations
 
 import torch
 
+from dsa_backend.spec.tree import DraftTree
 
-def accept_drafts(probs: torch.Tensor, drafts: list[int], generator: torch.Generator | None) -> list[int]:
-    """probs [len(drafts) + 1, vocab] (target distribution at each verified position) ->
-    the accepted drafts followed by one token from the target (a correction or the bonus)."""
-    out: list[int] = []
-    for i, draft in enumerate(drafts):
-        u = torch.rand((), generator=generator, device=probs.device)
-        if u < probs[i, draft]:
-            out.append(draft)
-            continue
-        residual = probs[i].clone()
-        residual[draft] = 0
-        out.append(int(torch.multinomial(residual, 1, generator=generator)))
-        return out
-    out.append(int(torch.multinomial(probs[len(drafts)], 1, generator=generator)))
-    return out
+
+def accept_tree(probs: torch.Tensor, tree: DraftTree,
+                generator: torch.Generator | None) -> tuple[list[int], list[int]]:
+    """probs [tree.num_nodes, vocab]: the target distribution after each node ->
+    (accepted node ids, root excluded; emitted tokens: theirs, then one sampled from the target)."""
+    node, path = 0, []
+    while True:
+        residual = probs[node].clone()
+        for child in tree.children[node]:
+            token = tree.token(child)
+            u = torch.rand((), generator=generator, device=probs.device)
+            if u * residual.sum() < residual[token]:
+                break
+            residual[token] = 0
+        else:
+            sampled = int(torch.multinomial(residual, 1, generator=generator))
+            return path, [tree.token(a) for a in path] + [sampled]
+        path.append(child)
+        node = child
