@@ -155,7 +155,6 @@ def test_cancelling_mid_speculation_frees_every_page_drafts_included(checkpoint)
 
 
 @pytest.mark.parametrize("spec, message", [
-    (dict(topk=2), "tree drafting"),
     (dict(num_steps=0), "speculative_num_steps"),
     (dict(num_steps=2, num_draft_tokens=5), "speculative_num_draft_tokens"),
     (dict(algorithm="medusa"), "speculative_algorithm"),
