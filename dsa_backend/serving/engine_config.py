@@ -43,7 +43,8 @@ def speculative_settings(params: dict[str, str]) -> dict:
             "speculative_num_steps": _int(params, "speculative_num_steps", "1"),
             "speculative_eagle_topk": _int(params, "speculative_eagle_topk", "1"),
             "speculative_num_draft_tokens": _optional_int(params, "speculative_num_draft_tokens")}
-    # The engine's own checks (algorithm, num_steps in [1, 16], topk 1, num_draft_tokens), run now.
+    # The engine's own checks (algorithm, num_steps in [1, 16], topk in [1, 16], num_draft_tokens
+    # num_steps + 1 for a chain and in [2, 1 + num_steps * topk] for a tree), run now.
     SpecConfig(spec["speculative_algorithm"], spec["speculative_num_steps"], spec["speculative_eagle_topk"],
                spec["speculative_num_draft_tokens"])
     return spec

@@ -8,7 +8,7 @@ import pytest
 
 from dsa_backend.tokenizer import Tokenizer
 
-from .servers import ENGINE, engine_kwargs, read_metric
+from .servers import engine_kwargs, read_metric, start_server
 
 
 @pytest.fixture(scope="session")
@@ -30,17 +30,7 @@ def served(request, checkpoint, tmp_path_factory):
 
     A module overrides the engine settings with `SERVER_SETTINGS = {...}`.
     """
-    from dsa_backend.serving.fill_template import fill
-    from dsa_backend.serving.server import TritonServer
-
-    settings = {**ENGINE, **getattr(request.module, "SERVER_SETTINGS", {})}
-    root = tmp_path_factory.mktemp("triton")
-    repo = fill(checkpoint("glm_moe_dsa"), root / "model_repository", settings)
-    server = TritonServer(repo, exit_timeout_s=5)
-    request.addfinalizer(server.stop)
-    server.start(ready_timeout_s=180)
-    server.settings = settings
-    return server
+    return start_server(request, checkpoint, tmp_path_factory, getattr(request.module, "SERVER_SETTINGS", {}))
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Serving test helpers: the engine settings of the served model, and reading its metrics."""
+"""Serving test helpers: the engine settings of the served model, starting a server, reading its metrics."""
 
 from __future__ import annotations
 
@@ -55,3 +55,19 @@ def read_metric(server, name: str, **labels: str) -> float | None:
         if all(found.get(k) == v for k, v in labels.items()):
             total = (total or 0.0) + float(m.group(3))
     return total
+
+
+def start_server(request, checkpoint, tmp_path_factory, overrides: dict[str, str]):
+    """A tritonserver on the tiny GLM checkpoint with ENGINE plus overrides, stopped when the
+    requesting fixture's scope ends (even on failure)."""
+    from dsa_backend.serving.fill_template import fill
+    from dsa_backend.serving.server import TritonServer
+
+    settings = {**ENGINE, **overrides}
+    root = tmp_path_factory.mktemp("triton")
+    repo = fill(checkpoint("glm_moe_dsa"), root / "model_repository", settings)
+    server = TritonServer(repo, exit_timeout_s=5)
+    request.addfinalizer(server.stop)
+    server.start(ready_timeout_s=180)
+    server.settings = settings
+    return server

@@ -24,8 +24,16 @@ def test_speculative_settings_reach_the_engine_args():
             args.speculative_num_draft_tokens) == ("mtp", 3, 1, 4)
 
 
+def test_tree_settings_reach_the_engine_args():
+    args = engine_args({**FILLED, "speculative_algorithm": "eagle", "speculative_num_steps": "3",
+                        "speculative_eagle_topk": "2", "speculative_num_draft_tokens": "5"}, "cpu")
+    assert (args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens) == (3, 2, 5)
+
+
 @pytest.mark.parametrize("settings, named", [
-    ({"speculative_algorithm": "mtp", "speculative_eagle_topk": "2"}, "speculative_eagle_topk"),
+    ({"speculative_algorithm": "eagle", "speculative_eagle_topk": "17"}, "speculative_eagle_topk"),
+    ({"speculative_algorithm": "eagle", "speculative_num_steps": "3", "speculative_eagle_topk": "2",
+      "speculative_num_draft_tokens": "9"}, r"speculative_num_draft_tokens must be in \[2, 1 \+ speculative_num_steps"),
     ({"speculative_algorithm": "medusa"}, "speculative_algorithm"),
     ({"speculative_algorithm": "mtp", "speculative_num_steps": "17"}, "speculative_num_steps"),
     ({"speculative_algorithm": "mtp", "speculative_num_steps": "two"}, "speculative_num_steps"),

@@ -1,8 +1,9 @@
 """MTP speculative decoding behind Triton: greedy text as without it, and the acceptance counts.
 
-One server with speculative_algorithm=mtp, 2 steps; the offline LLM reference runs without
-speculation. The tiny checkpoint's MTP layer is random, so drafts are mostly rejected: what is
-checked is that they are drafted, counted consistently, and never change the text.
+One server with speculative_algorithm=mtp, 2 steps (chain), and one with tree drafting (eagle,
+3 steps, topk 2, 5 verified tokens); the offline LLM reference runs without speculation. The tiny
+checkpoint's MTP layer is random, so drafts are mostly rejected: what is checked is that they are
+drafted, counted consistently, and never change the text.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import tritonclient.grpc as grpcclient
 from dsa_backend import SamplingParams
 from dsa_client.grpc_stream import build_inputs
 
-from .servers import BATCH_INVARIANT
+from .servers import BATCH_INVARIANT, start_server
 
 # Verify (3 tokens a row) vs plain decode compares different batches: batch-invariant kernels on a GPU (servers.py).
 SERVER_SETTINGS = {"speculative_algorithm": "mtp", "speculative_num_steps": "2", **BATCH_INVARIANT}
+TREE_SETTINGS = {"speculative_algorithm": "eagle", "speculative_num_steps": "3", "speculative_eagle_topk": "2",
+                 "speculative_num_draft_tokens": "5", **BATCH_INVARIANT}
 MAX_TOKENS = 24
 PROMPTS = {
     "english": "The quick brown fox jumps over the lazy dog.",
@@ -104,3 +107,19 @@ def test_speculation_metrics_add_up_to_the_responses(served, served_outputs, met
     steps = metric("dsa_spec_accept_length_count")          # verify steps, <= 2 drafts each
     assert drafted / 2 <= steps <= drafted
     assert metric("dsa_spec_accept_length_sum") == accepted + steps
+
+
+@pytest.fixture
+def served_tree(request, checkpoint, tmp_path_factory):
+    """The tree-drafting server, for the one test below (stopped after it)."""
+    return start_server(request, checkpoint, tmp_path_factory, TREE_SETTINGS)
+
+
+def test_tree_drafting_greedy_text_equals_the_offline_llm_without_speculation(served_tree, reference):
+    for name in PROMPTS:
+        rs = responses(served_tree.grpc_url, PROMPTS[name], stream=True)
+        assert "".join(r["text_output"] for r in rs) == reference[name].text, name
+        assert rs[-1]["finish_reason"].decode() == reference[name].finish_reason, name
+        drafted, accepted = int(rs[-1]["total_draft_tokens"]), int(rs[-1]["total_accepted_draft_tokens"])
+        # 4 drafts (a tree of 5 verified tokens) per verify step; every step emits one target token
+        assert drafted > 0 and drafted % 4 == 0 and 0 <= accepted < rs[-1]["num_output_tokens"], name
