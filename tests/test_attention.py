@@ -13,7 +13,7 @@ import torch
 
 from checkpoints import random_prompts
 from dsa_backend.attention import KernelDsaBackend, TorchDsaBackend, default_backend, per_token_context_lens
-from dsa_backend.batch import ForwardBatch, ForwardMode
+from dsa_backend.batch import ForwardBatch, ForwardMode, TreeLayout
 from dsa_backend.cache import KVCache, pages_needed
 from dsa_backend.config import ModelConfig
 from dsa_backend.tools.make_checkpoint import make_config
@@ -84,6 +84,35 @@ def test_reference_topk_is_the_top_of_the_scores(config):
     scores = (torch.relu(0.1 * torch.einsum("hd,sd->hs", q[0], keys)) * w[0, :, None]).sum(0)
     got = TorchDsaBackend().indexer_topk(q, w, cache.indexer, layer, batch, TOPK, 0.1)
     assert set(got[0].tolist()) == set(scores.topk(TOPK).indices.tolist())
+
+
+# root 0 -> {1, 2}; 1 -> {3, 4}; 2 -> {5}; 3 -> {6}; 5 -> {7, 8}
+TREE = TreeLayout(((0,), (0, 1), (0, 2), (0, 1, 3), (0, 1, 4), (0, 2, 5), (0, 1, 3, 6), (0, 2, 5, 7), (0, 2, 5, 8)))
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8", "auto"])
+@pytest.mark.parametrize("prefix", [3, 20])  # every key in the top-k (dense), or a real selection
+def test_tree_topk_is_the_causal_topk_of_each_nodes_path(config, kv_cache_dtype, prefix):
+    # Node i of a tree based at `prefix` has its own slot prefix + i; its top-k must be what a
+    # plain causal pass over the sequence it stands for (prefix, then its ancestors) selects.
+    cache, pages = _filled_cache(config, kv_cache_dtype, [prefix + 9])
+    layer = next(iter(cache.indexer.index_of_layer))
+    batch = ForwardBatch.build(ForwardMode.TARGET_VERIFY, [[1] * 9], [prefix], pages, PAGE, trees=[TREE])
+    assert batch.positions.tolist() == [prefix + len(a) - 1 for a in TREE.ancestors]
+    gen = torch.Generator().manual_seed(2)
+    q, w = torch.randn(9, HEADS, 128, generator=gen), torch.randn(9, HEADS, generator=gen)
+    got = TorchDsaBackend().indexer_topk(q, w, cache.indexer, layer, batch, TOPK, 0.1)
+    assert torch.equal(KernelDsaBackend().indexer_topk(q, w, cache.indexer, layer, batch, TOPK, 0.1), got)
+    for node, path in enumerate(TREE.ancestors):
+        chain_pages = [cache.allocator.allocate(pages_needed(prefix + len(path), PAGE))]
+        chain = ForwardBatch.build(ForwardMode.DECODE, [[1]], [prefix + len(path) - 1], chain_pages, PAGE)
+        src = torch.tensor(list(range(prefix)) + [prefix + a for a in path])
+        cache.move_kv_cache(chain.slots(0, torch.arange(len(src))), batch.slots(0, src))
+        want = TorchDsaBackend().indexer_topk(q[node:node + 1], w[node:node + 1], cache.indexer, layer, chain,
+                                              TOPK, 0.1)[0]
+        as_tree = torch.where(want >= prefix, src[want.long().clamp_min(0)], want)  # chain position -> tree slot
+        assert torch.equal(got[node], as_tree.int()), node
+        cache.allocator.free(chain_pages[0])
 
 
 def test_backend_is_chosen_by_device():

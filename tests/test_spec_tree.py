@@ -3,6 +3,8 @@ tree rejection sampling, pages, configuration."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -191,3 +193,18 @@ def test_num_draft_tokens_defaults_and_bounds(steps, topk, given, expected):
 def test_invalid_tree_settings_are_refused_naming_them(spec, message):
     with pytest.raises(ValueError, match=message):
         SpecConfig(**spec)
+
+
+def test_tree_drafting_is_refused_for_an_mtp_layer_without_an_indexer(checkpoint, monkeypatch):
+    import dsa_backend.engine as engine_module
+
+    real_load = engine_module.load_model
+
+    def load_without_mtp_indexer(*args, **kwargs):
+        model, info = real_load(*args, **kwargs)
+        return model, dataclasses.replace(info, mtp_has_indexer=False)
+
+    monkeypatch.setattr(engine_module, "load_model", load_without_mtp_indexer)
+    with pytest.raises(ValueError, match="speculative_eagle_topk=2 .*own indexer"):
+        tree_engine(checkpoint("deepseek_v32"), 64, 2, 2)
+    assert tree_engine(checkpoint("deepseek_v32"), 64, 2, 1).spec.is_chain  # chains reuse the target's top-k
