@@ -2,8 +2,8 @@
 
     source .device/setup.sh && python3 benchmarks/sweep_sparse_mla.py [--batches 1,32,128] [--json F]
 
-For each (cache, heads, batch) it times every tile configuration (BLOCK_N, warps, stages, split of
-the top-k range, split of the value columns), checks the fastest against the float32 reference, and prints it next
+For each (cache, heads, batch) it times every tile configuration (BLOCK_H, BLOCK_N, warps, stages,
+split of the top-k range), checks the fastest against the float32 reference, and prints it next
 to FlashMLA's sparse decode on the same inputs (FP8 cache) and the default mla_config.
 """
 
@@ -29,11 +29,11 @@ def _ms(fn) -> float:
 
 def _configs(batch: int, heads: int, sms: int):
     base = sparse_mla.mla_config(batch, heads, K, sms)
-    for bn, warps, stages, v_split in itertools.product((32, 64), (4, 8), (1, 2), (1, 2)):
-        # around the default split: x0.5, x1, x2 (a value split doubles the programs as a split does)
-        for split in {max(base["SPLIT"] * m // 2, 1) for m in (1, 2, 4)}:
-            if heads % 64 == 0 and K // split >= bn:
-                yield dict(BLOCK_H=64, BLOCK_N=bn, SPLIT=split, V_SPLIT=v_split, num_warps=warps, num_stages=stages)
+    for bh, bn, warps, stages in itertools.product((32, 64), (32, 64), (4, 8), (1, 2)):
+        # the default split is sized for BLOCK_H 64: scale it with the head blocks, then try x0.5 and x2
+        for split in {max(base["SPLIT"] * bh // 64 * m // 2, 1) for m in (1, 2, 4)}:
+            if heads % bh == 0 and K // split >= bn:
+                yield dict(BLOCK_H=bh, BLOCK_N=bn, SPLIT=split, num_warps=warps, num_stages=stages)
 
 
 def main() -> None:

@@ -29,13 +29,10 @@ def _sparse_mla_kernel(
     q_ptr, stride_qn, stride_qh, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots,
     idx_ptr, stride_idx, topk, out_ptr, lse_ptr, scale_log2, keys_per_split,
     H: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr,
-    SPLIT: tl.constexpr, V_SPLIT: tl.constexpr, UPCAST: tl.constexpr,
+    SPLIT: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    # V_SPLIT = 2: two programs per head block, each accumulating half of the 512 value columns
-    # (both compute the full QK), so a program holds two [BLOCK_H, 128] fp32 accumulators, not four.
     n = tl.program_id(0)
-    h = tl.program_id(1) // V_SPLIT * BLOCK_H + tl.arange(0, BLOCK_H)
-    first_half = tl.program_id(1) % V_SPLIT == 0
+    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     split = tl.program_id(2)
     d = tl.arange(0, 128)
     dr = tl.arange(0, 64)
@@ -49,9 +46,8 @@ def _sparse_mla_kernel(
     l_i = tl.zeros((BLOCK_H,), tl.float32)
     acc0 = tl.zeros((BLOCK_H, 128), tl.float32)
     acc1 = tl.zeros((BLOCK_H, 128), tl.float32)
-    if V_SPLIT == 1:
-        acc2 = tl.zeros((BLOCK_H, 128), tl.float32)
-        acc3 = tl.zeros((BLOCK_H, 128), tl.float32)
+    acc2 = tl.zeros((BLOCK_H, 128), tl.float32)
+    acc3 = tl.zeros((BLOCK_H, 128), tl.float32)
     lo = split * keys_per_split
     for j0 in range(0, keys_per_split, BLOCK_N):
         j = lo + j0 + tl.arange(0, BLOCK_N)
@@ -92,47 +88,33 @@ def _sparse_mla_kernel(
         p = tl.exp2(qk - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         m_i = m_new
-        if V_SPLIT == 1:
-            va, vb = k0, k1
-        else:  # this program's half of the value columns
-            va, vb = tl.where(first_half, k0, k2), tl.where(first_half, k1, k3)
         if FP8:
-            if V_SPLIT == 1:
-                sa, sb = s0, s1
-            else:
-                sa, sb = tl.where(first_half, s0, s2), tl.where(first_half, s1, s3)
-            acc0 = acc0 * alpha[:, None] + dot((p * sa[None, :]).to(tl.bfloat16), va, UPCAST)
-            acc1 = acc1 * alpha[:, None] + dot((p * sb[None, :]).to(tl.bfloat16), vb, UPCAST)
-            if V_SPLIT == 1:
-                acc2 = acc2 * alpha[:, None] + dot((p * s2[None, :]).to(tl.bfloat16), k2, UPCAST)
-                acc3 = acc3 * alpha[:, None] + dot((p * s3[None, :]).to(tl.bfloat16), k3, UPCAST)
+            acc0 = acc0 * alpha[:, None] + dot((p * s0[None, :]).to(tl.bfloat16), k0, UPCAST)
+            acc1 = acc1 * alpha[:, None] + dot((p * s1[None, :]).to(tl.bfloat16), k1, UPCAST)
+            acc2 = acc2 * alpha[:, None] + dot((p * s2[None, :]).to(tl.bfloat16), k2, UPCAST)
+            acc3 = acc3 * alpha[:, None] + dot((p * s3[None, :]).to(tl.bfloat16), k3, UPCAST)
         else:
             pb = p.to(tl.bfloat16)
-            acc0 = acc0 * alpha[:, None] + dot(pb, va, UPCAST)
-            acc1 = acc1 * alpha[:, None] + dot(pb, vb, UPCAST)
-            if V_SPLIT == 1:
-                acc2 = acc2 * alpha[:, None] + dot(pb, k2, UPCAST)
-                acc3 = acc3 * alpha[:, None] + dot(pb, k3, UPCAST)
+            acc0 = acc0 * alpha[:, None] + dot(pb, k0, UPCAST)
+            acc1 = acc1 * alpha[:, None] + dot(pb, k1, UPCAST)
+            acc2 = acc2 * alpha[:, None] + dot(pb, k2, UPCAST)
+            acc3 = acc3 * alpha[:, None] + dot(pb, k3, UPCAST)
     has = l_i > 0
     l_safe = tl.where(has, l_i, 1.0)
     inv = tl.where(has, 1.0 / l_safe, 0.0)
     lse = tl.where(has, m_i + tl.log2(l_safe), float("-inf"))  # base 2
     o_row = ((n * SPLIT + split) * H + h).to(tl.int64)[:, None] * 512 + d[None, :]
-    o_row += tl.where(first_half, 0, 256)
     if SPLIT == 1:  # final bf16 output, rounded to nearest even on the CPU as on the GPU
         tl.store(out_ptr + o_row, _to_bf16(acc0 * inv[:, None]))
         tl.store(out_ptr + o_row + 128, _to_bf16(acc1 * inv[:, None]))
-        if V_SPLIT == 1:
-            tl.store(out_ptr + o_row + 256, _to_bf16(acc2 * inv[:, None]))
-            tl.store(out_ptr + o_row + 384, _to_bf16(acc3 * inv[:, None]))
+        tl.store(out_ptr + o_row + 256, _to_bf16(acc2 * inv[:, None]))
+        tl.store(out_ptr + o_row + 384, _to_bf16(acc3 * inv[:, None]))
     else:  # float32 partials for the split merge
         tl.store(out_ptr + o_row, acc0 * inv[:, None])
         tl.store(out_ptr + o_row + 128, acc1 * inv[:, None])
-        if V_SPLIT == 1:
-            tl.store(out_ptr + o_row + 256, acc2 * inv[:, None])
-            tl.store(out_ptr + o_row + 384, acc3 * inv[:, None])
-    if first_half:  # the other value half computed the same lse
-        tl.store(lse_ptr + (n * SPLIT + split) * H + h, lse)
+        tl.store(out_ptr + o_row + 256, acc2 * inv[:, None])
+        tl.store(out_ptr + o_row + 384, acc3 * inv[:, None])
+    tl.store(lse_ptr + (n * SPLIT + split) * H + h, lse)
 
 
 def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
@@ -173,7 +155,7 @@ def sparse_mla(
     if indices.shape[0] != n or indices.stride(-1) != 1:
         raise ValueError(f"indices must be [N={n}, topk] with unit last stride, got {tuple(indices.shape)}")
     topk = indices.shape[1]
-    cfg = {"V_SPLIT": 1, **(config or mla_config(n, heads, topk))}
+    cfg = dict(config or mla_config(n, heads, topk))
     split = cfg["SPLIT"]
     if heads % cfg["BLOCK_H"]:
         raise ValueError(f"heads ({heads}) must be a multiple of BLOCK_H ({cfg['BLOCK_H']})")
@@ -189,7 +171,7 @@ def sparse_mla(
     else:
         views = (kv_pool, kv_pool, kv_pool)
         stride_kv = kv_pool.stride(0)
-    grid = (n, heads // cfg["BLOCK_H"] * cfg["V_SPLIT"], split)
+    grid = (n, heads // cfg["BLOCK_H"], split)
     _sparse_mla_kernel[grid](
         q, q.stride(0), q.stride(1), *views, stride_kv, kv_pool.shape[0],
         indices, indices.stride(0), topk, out, lse, sm_scale * _LOG2E, keys_per_split,
