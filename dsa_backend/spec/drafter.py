@@ -88,14 +88,14 @@ class MtpDrafter:
             child_scores, child_tokens = out.logits.log_softmax(dim=-1).topk(k, dim=-1)   # [W * k, k]
             total = (scores.reshape(-1, 1) + child_scores).view(width, k * k)
             scores, best = total.topk(k, dim=-1)                                           # next frontier
-            parent_rank = (best // k).tolist()
+            new_tokens, new_scores, best_list = child_tokens.view(width, k * k).tolist(), total.tolist(), best.tolist()
             for w in range(width):
                 offset = len(cand_tokens[w])
-                cand_tokens[w] += child_tokens.view(width, k * k)[w].tolist()
-                cand_scores[w] += total[w].tolist()
+                cand_tokens[w] += new_tokens[w]
+                cand_scores[w] += new_scores[w]
                 cand_parents[w] += [frontier[w][j // k] for j in range(k * k)]
-                frontier[w] = [offset + b for b in best[w].tolist()]
-                lineage[w] = [fed[w][j] for j in parent_rank[w]]
+                frontier[w] = [offset + b for b in best_list[w]]
+                lineage[w] = [fed[w][b // k] for b in best_list[w]]
             rows = (torch.arange(width, device=best.device)[:, None] * k + best // k).view(-1)  # parents' rows
             hidden, topk = out.hidden[rows], out.topk[rows]
         size = self.spec.num_draft_tokens - 1
