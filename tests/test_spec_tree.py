@@ -164,6 +164,27 @@ def test_seeded_tree_sampling_is_reproducible(checkpoint):
     assert runs[0] == runs[1] and len(runs[0]["a"]) == 16
 
 
+def test_tree_drafts_take_token_budget_and_pages(checkpoint):
+    e = tree_engine(checkpoint("deepseek_v32"), 16, 3, 4, max_num_batched_tokens=20)   # trees of 12 drafts
+    scheduled = []
+    real_schedule = e.scheduler.schedule
+
+    def schedule():
+        chunks = real_schedule()
+        scheduled.append([(c.num_tokens, c.num_drafts, len(c.seq.pages) * 16 - c.start) for c in chunks])
+        return chunks
+
+    e.scheduler.schedule = schedule
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    run_all(e, {"a": (PROMPTS[7], params), "b": (PROMPTS[7][:10], params)})
+    for step in scheduled:
+        assert sum(n + d for n, d, _ in step) <= 20
+        assert all(room >= n + d for n, d, room in step)            # pages for every tree node
+    assert any(d == 12 for step in scheduled for _, d, _ in step)
+    assert any(len(step) == 2 and {d for _, d, _ in step} == {0, 12} for step in scheduled)  # one tree dropped
+    assert e.cache.allocator.num_free == e.cache.allocator.num_pages
+
+
 def test_cancelling_mid_tree_speculation_frees_every_page_drafts_included(checkpoint):
     e = tree_engine(checkpoint("deepseek_v32"), 16, 3, 4)
     e.add_request("a", PROMPTS[3], SamplingParams(max_tokens=200, temperature=0, ignore_eos=True))
