@@ -60,7 +60,7 @@ class TreeVisibility:
         return torch.where(j < base, j, base + nodes)
 
 
-@dataclass(frozen=True)
+@dataclass  # not frozen: a CUDA-graph replay rebinds its metadata (seed 003: a frozen one hung SGLang)
 class ForwardBatch:
     """Tokens of all requests, flattened request after request.
 

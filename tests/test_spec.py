@@ -7,6 +7,7 @@ import torch
 
 from checkpoints import random_prompts
 from dsa_backend import LLM
+from dsa_backend.batch import ForwardBatch, ForwardMode
 from dsa_backend.engine import Engine, EngineArgs
 from dsa_backend.sampling_params import SamplingParams
 from dsa_backend.spec.acceptance import accept_tree
@@ -172,3 +173,12 @@ def test_speculation_needs_an_mtp_layer(tmp_path):
     write_checkpoint(cfg, tmp_path / "c")
     with pytest.raises(ValueError, match="num_nextn_predict_layers is 0"):
         Engine(EngineArgs(model=str(tmp_path / "c"), device="cpu", speculative_algorithm="mtp"))
+
+
+def test_verify_metadata_can_be_rebound_as_a_graph_replay_would():
+    # Seed 003: SGLang kept the metadata that CUDA-graph replay updates in a frozen dataclass, and
+    # MTP on DSA hung when the replay assigned to it.
+    batch = ForwardBatch.build(ForwardMode.TARGET_VERIFY, [[5, 6, 7]], [4], [[0]], 64, "cpu", all_logits=True)
+    batch.seq_lens = batch.seq_lens + 3
+    batch.positions = batch.positions + 3
+    assert batch.seq_lens.tolist() == [10] and batch.positions.tolist() == [7, 8, 9]
