@@ -114,8 +114,8 @@ def _note_fallback(what: str) -> None:
 class KernelDsaBackend:
     """The two DSA steps through dsa_kernels (GPU). What the kernels do not cover falls back to the
     reference, logged once: the indexer over an exact ("auto") key pool (the kernels read only the
-    FP8 layout) or of a draft tree (no tree-mask kernels; sparse MLA needs none, it reads only the
-    top-k), and sparse MLA unless q and an exact pool are bf16."""
+    FP8 layout), and sparse MLA unless q and an exact pool are bf16. Draft trees need no mask
+    kernel: the indexer ranks each token's visible keys (_tree_topk), sparse MLA reads the top-k."""
 
     def __init__(self):
         self.reference = TorchDsaBackend()
@@ -125,15 +125,14 @@ class KernelDsaBackend:
         """Same contract as TorchDsaBackend.indexer_topk."""
         import dsa_kernels
 
-        if batch.tree is not None:  # no tree-mask kernels: the reference ranks visible keys only
-            _note_fallback("the indexer of a draft tree (tree visibility)")
-            return self.reference.indexer_topk(q, weights, pool, layer, batch, topk, softmax_scale)
         if not pool.fp8 or q.shape[-1] != 128:
             _note_fallback("the indexer over an exact (kv_cache_dtype='auto') key pool")
             return self.reference.indexer_topk(q, weights, pool, layer, batch, topk, softmax_scale)
         q_fp8, w = fold_indexer_scales(q, weights, True, softmax_scale)
         keys = pool.buffer[pool.index_of_layer[layer]]
         context = per_token_context_lens(batch)
+        if batch.tree is not None:
+            return self._tree_topk(q_fp8, w, keys, batch, context, topk)
         if batch.mode is ForwardMode.EXTEND:
             logits, starts = self._ragged_logits(q_fp8, w, keys, batch)
         else:
@@ -141,6 +140,24 @@ class KernelDsaBackend:
         # The ragged transform with zero offsets leaves positions within the request.
         zeros = torch.zeros(batch.num_tokens, dtype=torch.int32, device=q.device)
         return dsa_kernels.topk_transform(logits, context, topk, "ragged", row_starts=starts, offsets=zeros)
+
+    @staticmethod
+    def _tree_topk(q_fp8, w, keys, batch: ForwardBatch, context, topk: int) -> torch.Tensor:
+        """Draft trees without a tree-mask kernel: score every key of the request with the paged
+        kernel, keep each token's visible keys in position order (prefix, then its ancestors),
+        take the causal top-k over those and map the picks back to KV positions. Ties break to
+        the lower position, as in a plain pass over the token's path."""
+        import dsa_kernels
+
+        request = request_of_token(batch)
+        every_key = batch.seq_lens[request].to(torch.int32).view(-1, 1)
+        logits = dsa_kernels.paged_indexer_logits(q_fp8, w, keys, batch.block_table[request].contiguous(), every_key,
+                                                  page_size=batch.page_size,
+                                                  max_context_len=int(batch.seq_lens.max()), next_n=1)
+        visible = batch.tree.visible_positions(slice(None), int(context.max()))
+        zeros = torch.zeros(batch.num_tokens, dtype=torch.int32, device=q_fp8.device)
+        picked = dsa_kernels.topk_transform(logits.gather(1, visible), context, topk, "ragged", offsets=zeros)
+        return torch.where(picked >= 0, visible.gather(1, picked.long().clamp_min(0)), -1).to(torch.int32)
 
     @staticmethod
     def _paged_logits(q_fp8, w, keys, batch: ForwardBatch, context) -> torch.Tensor:

@@ -53,3 +53,18 @@ def test_patched_cuda_gemm_gives_a_row_the_same_bits_in_any_batch():
     for m in (1, 3, 64, 500):
         assert torch.equal(torch.nn.functional.linear(rows[-m:], w), full[-m:])
         assert torch.equal(rows[-m:].float().pow(2).mean(-1), rows.float().pow(2).mean(-1)[-m:])
+
+
+@pytest.mark.gpu
+def test_tree_speculation_through_the_fp8_kernels_equals_plain_greedy_on_the_gpu(checkpoint):
+    # Tree verify ranks each node's visible keys from the paged kernel's logits
+    # (KernelDsaBackend._tree_topk); with batch-invariant GEMMs it must pick what plain decode picks.
+    args = dict(device="cuda", dtype="bfloat16", batch_invariant=True, kv_cache_dtype="fp8", num_kv_pages=256)
+    model = checkpoint("deepseek_v32")
+    plain = LLM(model, **args)
+    prompts = _prompts(plain.engine.config.vocab_size)[::4]
+    params = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
+    want = [out.token_ids for out in plain.generate(prompts, params)]
+    del plain
+    tree = LLM(model, speculative_algorithm="eagle", speculative_num_steps=3, speculative_eagle_topk=2, **args)
+    assert [out.token_ids for out in tree.generate(prompts, params)] == want
