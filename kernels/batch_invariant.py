@@ -131,18 +131,10 @@ def reduce_sum(x: torch.Tensor, dims=None, keepdim: bool = False, dtype: torch.d
 # ---------------------------------------------------------------- aten overrides (CUDA)
 
 
-def _mm(a, b):
-    return mm(a, b)
-
-
 def _addmm(bias, a, b, *, beta=1, alpha=1):
     if beta == 1 and alpha == 1:
         return mm(a, b, bias)
     return mm(a, b) * alpha + bias * beta
-
-
-def _bmm(a, b):
-    return bmm(a, b)
 
 
 def _sum_dim(x, dim, keepdim=False, *, dtype=None):
@@ -160,7 +152,7 @@ def _mean_dim(x, dim, keepdim=False, *, dtype=None):
     return reduce_sum(x, dim, keepdim, dtype, mean=True)
 
 
-_OVERRIDES = {"mm": _mm, "addmm": _addmm, "bmm": _bmm, "sum.dim_IntList": _sum_dim,
+_OVERRIDES = {"mm": mm, "addmm": _addmm, "bmm": bmm, "sum.dim_IntList": _sum_dim,
               "sum.IntList_out": _sum_out, "mean.dim": _mean_dim}
 
 
