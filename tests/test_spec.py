@@ -27,6 +27,20 @@ def engine(path, page_size, **spec) -> Engine:
                              num_kv_pages=pages, **spec))
 
 
+def record_finished(e: Engine) -> dict:
+    """Wrap e.step so that every request's final output lands in the returned dict."""
+    finals = {}
+    real_step = e.step
+
+    def step():
+        outs = real_step()
+        finals.update({o.request_id: o for o in outs if o.finished})
+        return outs
+
+    e.step = step
+    return finals
+
+
 def plain_greedy(checkpoint, name):
     if name not in _plain:
         _plain[name] = run_all(engine(checkpoint(name), 64), {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS)})
@@ -65,15 +79,7 @@ def test_accepted_drafts_keep_their_kv_and_stay_lossless(checkpoint, corrupt_las
                 it.seq.draft = DraftTree.chain(drafts) if drafts else None
 
     spec.drafter.draft = oracle_draft
-    finals = {}
-    real_step = spec.step
-
-    def step():
-        outs = real_step()
-        finals.update({o.request_id: o for o in outs if o.finished})
-        return outs
-
-    spec.step = step
+    finals = record_finished(spec)
     requests = {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS)}
     ids.update({rid: rid for rid in requests})
     assert run_all(spec, requests) == expected

@@ -13,7 +13,7 @@ from dsa_backend.spec.acceptance import accept_tree
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.tree import DraftTree, best_first_tree
 from test_engine import run_all
-from test_spec import GREEDY, PROMPTS, chi_square, engine, plain_greedy
+from test_spec import GREEDY, PROMPTS, chi_square, engine, plain_greedy, record_finished
 
 
 def tree_engine(path, page_size, steps, topk, **spec):
@@ -71,15 +71,7 @@ def test_accepted_paths_off_the_first_branch_are_compacted_and_stay_lossless(che
     expected = plain_greedy(checkpoint, "deepseek_v32")
     spec = tree_engine(checkpoint("deepseek_v32"), page_size, 3, 3)
     offered = with_oracle_trees(spec, expected)
-    finals = {}
-    real_step = spec.step
-
-    def step():
-        outs = real_step()
-        finals.update({o.request_id: o for o in outs if o.finished})
-        return outs
-
-    spec.step = step
+    finals = record_finished(spec)
     assert run_all(spec, {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS)}) == expected
     assert {rid: o.num_accepted_draft_tokens for rid, o in finals.items()} == offered
     assert spec.cache.allocator.num_free == spec.cache.allocator.num_pages
