@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from dsa_backend.config import ModelConfig
 from dsa_backend.tools.make_checkpoint import PRESETS, main, make_config
@@ -48,3 +49,18 @@ def test_shell_generate_runs_on_a_checkpoint(checkpoint):
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [line["prompt"] for line in lines] == ["Hello", "你好"]
     assert all(len(line["token_ids"]) == 3 and line["finish_reason"] == "length" for line in lines)
+
+
+def test_branch_scale_shrinks_only_the_main_layers_residual_outputs(tmp_path):
+    from dsa_backend.tools.make_checkpoint import write_checkpoint
+    from dsa_backend.weights import SafetensorsCheckpoint
+
+    cfg = make_config("deepseek_v32", "tiny")
+    write_checkpoint(cfg, tmp_path / "plain", seed=2)
+    write_checkpoint(cfg, tmp_path / "scaled", seed=2, branch_scale=0.1)
+    plain, scaled = SafetensorsCheckpoint(tmp_path / "plain"), SafetensorsCheckpoint(tmp_path / "scaled")
+    scaled_names = {n for n in plain.names() if not torch.equal(plain.get(n), scaled.get(n))}
+    assert scaled_names == {n for n in plain.names() if n.startswith("model.layers.")
+                            and int(n.split(".")[2]) < 4 and n.endswith(("o_proj.weight", "down_proj.weight"))}
+    name = "model.layers.2.mlp.experts.5.down_proj.weight"
+    torch.testing.assert_close(scaled.get(name).float(), 0.1 * plain.get(name).float(), rtol=1e-2, atol=0)

@@ -6,7 +6,8 @@ import torch
 
 from checkpoints import random_prompts
 from dsa_backend import LLM, SamplingParams
-from dsa_backend.tools.train_mtp import make_sequences, mtp_loss, save_distilled
+from dsa_backend.tools.make_checkpoint import make_config, write_checkpoint
+from dsa_backend.tools.train_mtp import acceptance, identity_init, make_sequences, mtp_loss, save_distilled
 from dsa_backend.weights import SafetensorsCheckpoint
 
 
@@ -39,3 +40,17 @@ def test_distillation_lowers_the_loss_and_writes_a_loadable_checkpoint(checkpoin
     spec = LLM(out, device="cpu", dtype="float32", speculative_algorithm="mtp",
                speculative_num_steps=2).generate(prompts, params)
     assert [o.token_ids for o in spec] == [o.token_ids for o in plain]
+
+
+def test_identity_mtp_drafts_what_a_structured_target_accepts(tmp_path):
+    """On a branch-scaled target, the identity-initialised layer's drafts are often accepted;
+    the random layer's almost never are."""
+    path = tmp_path / "target"
+    write_checkpoint(make_config("deepseek_v32", "tiny"), path, seed=3, branch_scale=0.1)
+    llm = LLM(path, device="cpu", dtype="float32", num_kv_pages=64)
+    held_out = make_sequences(llm, count=4, prompt_len=16, new_tokens=16, seed=9)
+    identity_init(llm)
+    save_distilled(llm, path, tmp_path / "identity")
+    del llm
+    assert acceptance(path, held_out, "cpu", max_tokens=16) < 0.05
+    assert acceptance(tmp_path / "identity", held_out, "cpu", max_tokens=16) > 0.15

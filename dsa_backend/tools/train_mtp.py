@@ -3,9 +3,15 @@
     python -m dsa_backend.tools.train_mtp --model DIR --out DIR [--steps N] [--device cuda]
 
 Random checkpoints come with a random MTP layer, whose drafts are almost never accepted. This
-trains that layer (the main model stays frozen) to predict, at position i, the target's greedy
-token for position i + 2 from the target's hidden state at i and the token at i + 1 — what it is
-asked in speculative decoding — then writes a copy of the checkpoint with the new MTP tensors.
+trains that layer (the main model stays frozen) to predict, at position i, the target's
+distribution for position i + 2 from the target's hidden state at i and the token at i + 1 — what
+it is asked in speculative decoding — then writes a copy of the checkpoint with the new MTP tensors.
+
+A random target is only learnable if its continuations have structure: build it with
+`make_checkpoint --branch-scale 0.1` (see there). By default the layer starts as the identity on
+the next token's embedding (`--init identity`), the usual zero-initialised residual block, so
+training refines a sensible drafter instead of first unlearning random weights; `--init
+checkpoint` fine-tunes the stored layer instead (a real release's trained MTP layer).
 """
 
 from __future__ import annotations
@@ -42,8 +48,22 @@ def make_sequences(llm: LLM, count: int, prompt_len: int, new_tokens: int, seed:
     return [p + o.token_ids for p, o in zip(prompts, outs)]
 
 
+def identity_init(llm: LLM) -> None:
+    """Make every MTP layer pass the next token's normalised embedding straight to the head:
+    eh_proj keeps the embedding half, and the decoder's residual branches start at zero."""
+    for mtp in llm.engine.model.mtp:
+        with torch.no_grad():
+            hidden = mtp.eh_proj.weight.shape[0]
+            mtp.eh_proj.weight.zero_()
+            mtp.eh_proj.weight[:, :hidden] = torch.eye(hidden)
+            for name, param in mtp.decoder.named_parameters():
+                if name.endswith(("o_proj.weight", "down_proj.weight", "experts.w2")):
+                    param.zero_()
+
+
 def mtp_loss(llm: LLM, sequences: list[list[int]], page_size: int = 64) -> torch.Tensor:
-    """Cross-entropy of the MTP layer's prediction of token i + 2 against the target's greedy one."""
+    """KL divergence from the target's distribution for token i + 2 to the MTP layer's: the whole
+    distribution teaches far more per token than the greedy label alone (and serves sampling too)."""
     model, config, device = llm.engine.model, llm.engine.config, llm.engine.device
     cache = KVCache(config, sum(pages_needed(len(s), page_size) for s in sequences), page_size,
                     dtype=llm.engine.dtype, device=device)
@@ -56,11 +76,12 @@ def mtp_loss(llm: LLM, sequences: list[list[int]], page_size: int = 64) -> torch
         offsets.append(offsets[-1] + len(s))
     # MTP row i (tokens i + 1, hidden i) learns the target's greedy choice at row i + 1.
     keep = torch.cat([torch.arange(a, b - 1) for a, b in zip(offsets, offsets[1:])]).to(device)
-    labels = target.logits.argmax(-1)[keep + 1]
+    target_logprobs = torch.log_softmax(target.logits[keep + 1], dim=-1)
     batch = ForwardBatch.build(ForwardMode.DRAFT_EXTEND, [s[1:] for s in sequences], [0] * len(sequences), pages,
                                page_size, device, all_logits=True)
     out = model.forward_mtp(batch, cache, target.hidden[keep], target.topk[keep])
-    return torch.nn.functional.cross_entropy(out.logits, labels)
+    return torch.nn.functional.kl_div(torch.log_softmax(out.logits, dim=-1), target_logprobs, log_target=True,
+                                      reduction="batchmean")
 
 
 def save_distilled(llm: LLM, model_dir: Path, out: Path) -> None:
@@ -83,14 +104,15 @@ def save_distilled(llm: LLM, model_dir: Path, out: Path) -> None:
     index_path.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
 
 
-def acceptance(model_dir: Path, sequences: list[list[int]], device: str, steps: int = 2) -> float:
+def acceptance(model_dir: Path, sequences: list[list[int]], device: str, steps: int = 2,
+               max_tokens: int = 32) -> float:
     """Fraction of drafts accepted when greedily continuing held-out prompts."""
     llm = LLM(model_dir, device=device, num_kv_pages=_KV_PAGES, speculative_algorithm="mtp",
               speculative_num_steps=steps)
     prompts = [s[: len(s) // 2] for s in sequences]
     engine = llm.engine
     for i, p in enumerate(prompts):
-        engine.add_request(f"eval-{i}", p, SamplingParams(max_tokens=32, temperature=0, ignore_eos=True))
+        engine.add_request(f"eval-{i}", p, SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True))
     drafted = accepted = 0
     while engine.has_work():
         for out in engine.step():
@@ -110,6 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--init", choices=("identity", "checkpoint"), default="identity",
+                        help="start from an identity MTP layer (random checkpoints) or the stored one")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -121,6 +145,8 @@ def main(argv: list[str] | None = None) -> None:
     held_out = make_sequences(llm, 8, args.prompt_len, args.new_tokens, args.seed + 1)
     # Gradients flow through the PyTorch attention path; the GPU kernels are inference-only.
     llm.engine.model.backend = TorchDsaBackend()
+    if args.init == "identity":
+        identity_init(llm)
     params = [p for name, p in llm.engine.model.named_parameters() if name.startswith("mtp.")]
     for p in params:
         p.requires_grad_(True)
