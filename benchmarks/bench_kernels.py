@@ -290,6 +290,17 @@ def indexer():
                 del q, w, table, lens
 
 
+def launch_ms(fn, reps: int = 20) -> dict:
+    """Mean device time of each kernel fn launches, by kernel name, from the torch profiler."""
+    fn()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    return {e.key[:60]: round(e.device_time_total / 1000 / reps, 4) for e in prof.key_averages()
+            if e.device_time_total > 0}
+
+
 @section("topk")
 def topk_section():
     """Top-k + transform at k 2048 next to torch.topk and the indexer that feeds it, all timed here
@@ -334,6 +345,7 @@ def topk_section():
 
                 ms_t = bench(torch_topk)
                 row("topk", "triton paged transform", ms, **tag, **fracs, vs_torch_speed=round(ms_t / ms, 3))
+                row("topk", "triton paged transform, per launch (profiler)", ms, **tag, launches_ms=launch_ms(paged))
                 row("topk", "triton ragged transform", ms_r, **tag)
                 row("topk", "torch.topk + gather", ms_t, **tag)
             else:

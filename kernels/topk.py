@@ -162,6 +162,15 @@ def _load_items(base, cand, i, n_items, n_listed):
 
 
 @triton.jit
+def _chunk_counts(key, live, pos, thr, above, ties, CHUNK, CHUNKS: tl.constexpr):
+    """Per write chunk, add the items above the threshold key and those equal to it."""
+    chunk = (pos // CHUNK).to(tl.int32)
+    above += tl.histogram(chunk, CHUNKS, mask=live & (key > thr))
+    ties += tl.histogram(chunk, CHUNKS, mask=live & (key == thr))
+    return above, ties
+
+
+@triton.jit
 def _select_kernel(
     logits_ptr, stride_logits, starts_ptr, lens_ptr, count_ptr, cand_ptr, plan_ptr, CHUNK,
     K: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, HAS_STARTS: tl.constexpr,
@@ -179,19 +188,25 @@ def _select_kernel(
         # keys sharing them still belong to the top k; at the end, how many ties to take.
         thr = tl.zeros((), tl.uint32)
         need = tl.zeros((), tl.int32) + K
-        for step in tl.static_range((32 + RADIX - 1) // RADIX):
-            hist = tl.zeros((BINS,), tl.int32)
-            for c in range(0, n_items, BLOCK):
-                key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
-                hist += _digit_hist(key, live, thr, step)
-            thr, need = _take_digit(hist, thr, need, step)
         above = tl.zeros((CHUNKS,), tl.int32)
         ties = tl.zeros((CHUNKS,), tl.int32)
-        for c in range(0, n_items, BLOCK):
-            key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
-            chunk = (pos // CHUNK).to(tl.int32)
-            above += tl.histogram(chunk, CHUNKS, mask=live & (key > thr))
-            ties += tl.histogram(chunk, CHUNKS, mask=live & (key == thr))
+        if n_items <= BLOCK:
+            # The usual case: the candidates fit one block, so they are gathered once and every
+            # digit is resolved in registers instead of re-gathering them per digit.
+            key, live, pos = _load_items(base, cand, offs, n_items, n_listed)
+            for step in tl.static_range((32 + RADIX - 1) // RADIX):
+                thr, need = _take_digit(_digit_hist(key, live, thr, step), thr, need, step)
+            above, ties = _chunk_counts(key, live, pos, thr, above, ties, CHUNK, CHUNKS)
+        else:
+            for step in tl.static_range((32 + RADIX - 1) // RADIX):
+                hist = tl.zeros((BINS,), tl.int32)
+                for c in range(0, n_items, BLOCK):
+                    key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
+                    hist += _digit_hist(key, live, thr, step)
+                thr, need = _take_digit(hist, thr, need, step)
+            for c in range(0, n_items, BLOCK):
+                key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
+                above, ties = _chunk_counts(key, live, pos, thr, above, ties, CHUNK, CHUNKS)
         ties_before = tl.cumsum(ties, axis=0) - ties
         taken = above + tl.minimum(tl.maximum(need - ties_before, 0), ties)
         plan = plan_ptr + row.to(tl.int64) * (2 * CHUNKS + 2)

@@ -31,8 +31,10 @@ def test_rows_of_very_different_lengths_split_unevenly_across_chunk_programs():
     _check(_logits(6, 300), [300, 0, 77, 129, K + 1, 5])
 
 
-def test_rows_longer_than_the_sample_select_from_sampled_candidates():
-    _check(_logits(3, 400), [400, 257, 65])
+@pytest.mark.parametrize("config", [SMALL, topk.TopkConfig(block=32, chunk=64, sample=64, cap=256, select_block=32)],
+                         ids=["candidates-in-one-select-block", "candidates-over-several-select-blocks"])
+def test_rows_longer_than_the_sample_select_from_sampled_candidates(config):
+    _check(_logits(3, 400), [400, 257, 65], config)
 
 
 def test_ties_and_signed_zeros_resolve_to_the_lowest_positions():
