@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU checks for one device call, from the repository root, carrying .device (see gpu-pack):
-#   bash benchmarks/device_checks.sh gpu-tests serving engine topk
+#   bash benchmarks/device_checks.sh gpu-tests serving engine topk spec
 # Each stage is bounded by its own timeout so that one stuck stage still leaves the others' output.
 set -u
 source .device/setup.sh || exit 1
@@ -28,6 +28,8 @@ for stage in "$@"; do
         --json "$OUT/bench_engine.json" 2>&1 | tail -5
       timeout 180 python3 benchmarks/bench_engine.py --model /tmp/v32 --batch 32 --prompt-len 2112 --steps 16 \
         --backends kernel --batch-invariant --json "$OUT/bench_engine_batch_invariant.json" 2>&1 | tail -3 ;;
+    spec)
+      timeout 420 python3 benchmarks/bench_spec.py --out "$OUT/spec" --train-steps 300 2>&1 | tail -16 ;;
     mla-sweep)
       timeout 300 python3 benchmarks/sweep_sparse_mla.py --json "$OUT/sweep_sparse_mla.json" 2>&1 | tail -12 ;;
     topk)
