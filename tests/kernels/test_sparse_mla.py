@@ -6,7 +6,7 @@ import torch
 from dsa_kernels import cache_store, reference, sparse_mla
 
 
-SLOTS, HEADS, TOPK, SCALE = 90, 16, 40, 576**-0.5
+SLOTS, HEADS, TOPK, SCALE = 90, 32, 40, 576**-0.5
 TILES = dict(BLOCK_H=16, BLOCK_N=16, num_warps=4, num_stages=1)
 
 
@@ -29,18 +29,29 @@ def _indices(n):
     return idx
 
 
-@pytest.mark.parametrize("split", [1, 2])
-@pytest.mark.parametrize("fp8", [False, True])
-def test_sparse_mla_matches_reference(fp8, split):
+def _check(fp8, config):
     q = (torch.randn(3, HEADS, 576) * 2).to(torch.bfloat16)
     pool, idx = _pool(fp8), _indices(3)
-    out, lse = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(TILES, SPLIT=split))
+    out, lse = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=config)
     want, want_lse = reference.sparse_mla_ref(q, pool, idx, SCALE)
+    assert out.dtype == torch.bfloat16 and out.shape == (3, HEADS, 512) and lse.shape == (3, HEADS)
     assert relative_error(out.float(), want) < (1e-2 if fp8 else 5e-3)
     assert torch.equal(torch.isinf(lse), torch.isinf(want_lse))
     finite = torch.isfinite(want_lse)
     assert (lse[finite] - want_lse[finite]).abs().max() < 1e-3
     assert out[1].abs().max() == 0
+
+
+# split 3 does not divide the 3 tiles of 16 keys evenly; split 8 leaves five splits with no keys
+@pytest.mark.parametrize("block_h,split", [(16, 1), (32, 1), (16, 2), (16, 3), (16, 8), (32, 8)])
+@pytest.mark.parametrize("fp8", [False, True])
+def test_sparse_mla_matches_reference(fp8, block_h, split):
+    _check(fp8, dict(TILES, BLOCK_H=block_h, SPLIT=split))
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_default_config_matches_reference(fp8):
+    _check(fp8, None)
 
 
 def test_prefill_is_the_same_kernel_over_a_ragged_bf16_buffer():
@@ -50,3 +61,23 @@ def test_prefill_is_the_same_kernel_over_a_ragged_bf16_buffer():
     out, _ = sparse_mla.sparse_mla(q, kv, idx, SCALE, config=dict(TILES, SPLIT=1))
     want, _ = reference.sparse_mla_ref(q, kv, idx, SCALE)
     assert relative_error(out.float(), want) < 5e-3
+
+
+def test_small_decode_batches_split_topk_until_the_sms_are_covered_or_a_split_is_one_tile():
+    for batch in (1, 4, 32):
+        cfg = sparse_mla.mla_config(batch, 128, 2048, num_sms=132)
+        programs = batch * 128 // cfg["BLOCK_H"] * cfg["SPLIT"]
+        assert cfg["SPLIT"] > 1 and 2048 // cfg["SPLIT"] >= cfg["BLOCK_N"]
+        assert programs >= 132 or 2048 // cfg["SPLIT"] == cfg["BLOCK_N"]
+
+
+def test_grids_that_cover_the_sms_are_not_split():
+    for batch, heads in ((128, 128), (4096, 128), (4096, 64)):
+        cfg = sparse_mla.mla_config(batch, heads, 2048, num_sms=132)
+        assert cfg["SPLIT"] == 1 and heads % cfg["BLOCK_H"] == 0
+
+
+def test_split_below_one_is_refused():
+    q = torch.zeros(1, HEADS, 576, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="SPLIT"):
+        sparse_mla.sparse_mla(q, _pool(False), _indices(3)[:1], SCALE, config=dict(TILES, SPLIT=0))
