@@ -1,16 +1,17 @@
-"""Tile sweep of the Triton sparse MLA decode kernel against FlashMLA, in one device call.
+"""Tile and split sweep of the Triton sparse MLA decode kernel against FlashMLA, in one device call.
 
     source .device/setup.sh && python3 benchmarks/sweep_sparse_mla.py [--batches 1,32,128] [--json F]
 
-For each (cache, heads, batch) it times every tile configuration (BLOCK_H, BLOCK_N, warps, stages,
-split of the top-k range), checks the fastest against the float32 reference, and prints it next
-to FlashMLA's sparse decode on the same inputs (FP8 cache) and the default mla_config.
+For each (heads, batch) on the FP8 cache it times tile configurations (BLOCK_H 16/32/64, BLOCK_N,
+warps, stages) with top-k splits that put a quarter to four waves of programs on the SMs, checks
+the fastest against the float32 reference, and records it next to the default mla_config and
+FlashMLA's sparse decode on the same inputs. The JSON is rewritten after every case, so a stage
+cut off by its timeout still leaves the finished ones.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import time
 
@@ -21,6 +22,13 @@ import triton.testing
 from dsa_kernels import dispatch, reference, sparse_mla
 
 K, SLOTS, SCALE = 2048, 262144, 576**-0.5
+# (BLOCK_H, BLOCK_N, warps, stages): 16/32-head blocks run mma v2, whose operands live in
+# registers, so they get 4 warps and short pipelines; 64 heads run wgmma (operands in shared
+# memory). 16 tiles, each compiled twice (final and split output): the compile dominates the run.
+TILES = [(16, 32, 4, 1), (16, 64, 4, 1), (16, 32, 4, 2), (16, 64, 4, 2),
+         (32, 32, 4, 1), (32, 64, 4, 1), (32, 32, 8, 1), (32, 64, 8, 1),
+         (64, 32, 4, 1), (64, 64, 4, 1), (64, 32, 8, 1), (64, 64, 8, 1),
+         (64, 32, 8, 2), (64, 64, 8, 2), (64, 32, 4, 2), (64, 64, 8, 3)]
 
 
 def _ms(fn) -> float:
@@ -28,55 +36,79 @@ def _ms(fn) -> float:
 
 
 def _configs(batch: int, heads: int, sms: int):
-    base = sparse_mla.mla_config(batch, heads, K, sms)
-    for bh, bn, warps, stages in itertools.product((32, 64), (32, 64), (4, 8), (1, 2)):
-        # the default split is sized for BLOCK_H 64: scale it with the head blocks, then try x0.5 and x2
-        for split in {max(base["SPLIT"] * bh // 64 * m // 2, 1) for m in (1, 2, 4)}:
-            if heads % bh == 0 and K // split >= bn:
-                yield dict(BLOCK_H=bh, BLOCK_N=bn, SPLIT=split, num_warps=warps, num_stages=stages)
+    """Every tile with each power-of-two split giving sms/4 .. 4*sms programs, else the nearest one."""
+    for bh, bn, warps, stages in TILES:
+        if heads % bh:
+            continue
+        programs = batch * heads // bh
+        splits = [1 << i for i in range(12) if K >> i >= bn]  # every split keeps at least one tile
+        fit = [s for s in splits if sms // 4 <= programs * s <= 4 * sms]
+        for split in fit or [splits[0] if programs > 4 * sms else splits[-1]]:
+            yield dict(BLOCK_H=bh, BLOCK_N=bn, SPLIT=split, num_warps=warps, num_stages=stages)
+
+
+def _case(pool, heads: int, batch: int, sms: int, deadline: float) -> dict:
+    q = torch.randn(batch, heads, 576, device="cuda").to(torch.bfloat16)
+    idx = torch.randint(0, SLOTS, (batch, K), device="cuda").int()
+    flops = 2 * batch * heads * K * (576 + 512)
+    default = sparse_mla.mla_config(batch, heads, K, sms)
+    t0, timed, skipped = time.time(), [], 0
+    for cfg in _configs(batch, heads, sms):
+        if time.time() > deadline:  # leave time for the later cases' defaults and FlashMLA
+            skipped += 1
+            continue
+        try:
+            timed.append((_ms(lambda: sparse_mla.sparse_mla(q, pool, idx, SCALE, config=cfg)), cfg))
+        except Exception as exc:  # noqa: BLE001 - a tile that does not fit (shared memory, registers)
+            timed.append((float("inf"), dict(cfg, error=str(exc)[:80])))
+    timed.sort(key=lambda t: t[0])
+    best_ms, best = timed[0] if timed else (float("inf"), default)
+    default_ms = _ms(lambda: sparse_mla.sparse_mla(q, pool, idx, SCALE, config=default))
+    if default_ms < best_ms:
+        best_ms, best = default_ms, default
+    out, _ = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=best)
+    ref, _ = reference.sparse_mla_ref(q[:8], pool, idx[:8], SCALE)
+    fm_ms = _ms(lambda: dispatch._flashmla_decode(q, pool, idx, SCALE))
+    best_per_block_h = {}
+    for ms, cfg in reversed(timed):
+        best_per_block_h[cfg["BLOCK_H"]] = dict(ms=round(ms, 5), cfg=cfg)
+    return dict(
+        heads=heads, batch=batch, flashmla_ms=round(fm_ms, 5),
+        best_ms=round(best_ms, 5), best=best, best_speed_over_flashmla=round(fm_ms / best_ms, 3),
+        best_TFLOPs=round(flops / best_ms / 1e9),
+        rel_err=round(float((out[:8].float() - ref).norm() / ref.norm()), 5),
+        default_ms=round(default_ms, 5), default=default, default_speed_over_flashmla=round(fm_ms / default_ms, 3),
+        best_per_block_h=best_per_block_h, top5=[dict(ms=round(ms, 5), cfg=c) for ms, c in timed[:5]],
+        configs=len(timed), skipped=skipped, failed=sum(ms == float("inf") for ms, _ in timed),
+        sweep_s=round(time.time() - t0, 1),
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,32,128")
     ap.add_argument("--heads", default="128")
+    ap.add_argument("--budget", type=float, default=230, help="seconds of sweeping before only defaults run")
     ap.add_argument("--json")
     a = ap.parse_args()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    results = []
-    for fp8 in (True,):  # FlashMLA's sparse decode reads the FP8 layout only
-        pool = torch.zeros(SLOTS, 656 if fp8 else 576, dtype=torch.uint8 if fp8 else torch.bfloat16, device="cuda")
-        dispatch.store_mla_kv(pool, torch.randn(SLOTS, 512, device="cuda"), torch.randn(SLOTS, 64, device="cuda"),
-                              torch.arange(SLOTS, device="cuda"))
-        for heads, batch in itertools.product(map(int, a.heads.split(",")), map(int, a.batches.split(","))):
-            q = torch.randn(batch, heads, 576, device="cuda").to(torch.bfloat16)
-            idx = torch.randint(0, SLOTS, (batch, K), device="cuda").int()
-            flops = 2 * batch * heads * K * (576 + 512)
-            default = sparse_mla.mla_config(batch, heads, K, sms)
-            t0, timed = time.time(), []
-            for cfg in {json.dumps(c, sort_keys=True): c for c in _configs(batch, heads, sms)}.values():
-                try:
-                    timed.append((_ms(lambda: sparse_mla.sparse_mla(q, pool, idx, SCALE, config=cfg)), cfg))
-                except Exception as exc:  # noqa: BLE001 - a tile that does not fit (shared memory, registers)
-                    timed.append((float("inf"), dict(cfg, error=str(exc)[:80])))
-            best_ms, best = min(timed, key=lambda t: t[0])
-            out, _ = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=best)
-            ref, _ = reference.sparse_mla_ref(q[:8], pool, idx[:8], SCALE)
-            err = float((out[:8].float() - ref).norm() / ref.norm())
-            default_ms = _ms(lambda: sparse_mla.sparse_mla(q, pool, idx, SCALE, config=default))
-            row = dict(fp8=fp8, heads=heads, batch=batch, best_ms=round(best_ms, 5), best=best,
-                       best_TFLOPs=round(flops / best_ms / 1e9), default_ms=round(default_ms, 5), default=default,
-                       rel_err=round(err, 5), sweep_s=round(time.time() - t0, 1), configs=len(timed))
-            if fp8:
-                fm_ms = _ms(lambda: dispatch._flashmla_decode(q, pool, idx, SCALE))
-                row.update(flashmla_ms=round(fm_ms, 5), best_speed_over_flashmla=round(fm_ms / best_ms, 3),
-                           default_speed_over_flashmla=round(fm_ms / default_ms, 3))
-            results.append(row)
-            print(json.dumps(row), flush=True)
-        del pool
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(dict(date=time.strftime("%Y-%m-%d"), gpu=torch.cuda.get_device_name(), rows=results), f, indent=1)
+    pool = torch.zeros(SLOTS, 656, dtype=torch.uint8, device="cuda")  # FlashMLA's sparse decode reads FP8 only
+    dispatch.store_mla_kv(pool, torch.randn(SLOTS, 512, device="cuda"), torch.randn(SLOTS, 64, device="cuda"),
+                          torch.arange(SLOTS, device="cuda"))
+    cases = [(int(h), int(b)) for h in a.heads.split(",") for b in a.batches.split(",")]
+    start, rows = time.time(), []
+    for i, (heads, batch) in enumerate(cases):
+        # the first case compiles most tiles; each later case keeps 20 s for its (cached) timings
+        deadline = start + a.budget - 20 * (len(cases) - 1 - i)
+        rows.append(_case(pool, heads, batch, sms, deadline))
+        print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("top5", "best_per_block_h")}), flush=True)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(dict(date=time.strftime("%Y-%m-%d"), gpu=torch.cuda.get_device_name(), rows=rows), f, indent=1)
+    for r in rows:
+        print(f"batch {r['batch']}: best {r['best_ms']} ms ({r['best_speed_over_flashmla']}x FlashMLA {r['flashmla_ms']} ms)"
+              f" {r['best']}; default {r['default_ms']} ms ({r['default_speed_over_flashmla']}x);"
+              f" per BLOCK_H {json.dumps({h: v['ms'] for h, v in r['best_per_block_h'].items()})}", flush=True)
 
 
 if __name__ == "__main__":
