@@ -1,17 +1,17 @@
 """Exact top-k over indexer logits with the paged or ragged transform fused in, in Triton.
 
 A row is split into chunks (topk_config: about two programs per SM in all) so that small batches
-still fill the GPU. Two launches, plus a memset of two counters per row:
+still fill the GPU. Three launches, plus a memset of one counter per row:
 
-1. candidates and select, rows x chunks: every program of a row reads the same strided sample of
-   the row and takes as threshold t0 the key the sample ranks five standard deviations below the
-   k-th (three radix steps in registers), then appends the positions of its chunk whose key is
-   >= t0 to the row's candidate list through an atomic counter (list order is free). The row's
-   last program to finish then runs the exact radix select over the candidates (six 6-bit
-   digits) and plans the output slot where each chunk starts and how many threshold ties precede
-   it. A row with fewer than k candidates (the sample misled) or more than `cap` (e.g. massive
-   ties) is searched over its whole range instead: slower, still exact.
-2. write, rows x chunks: each chunk writes its selected positions in ascending order, transformed.
+1. candidates, rows x chunks: every program of a row reads the same strided sample of the row and
+   takes as threshold t0 the key the sample ranks five standard deviations below the k-th (three
+   radix steps in registers), then appends the positions of its chunk whose key is >= t0 to the
+   row's candidate list through an atomic counter (list order is free).
+2. select, one program per row: exact radix select over the candidates (six 6-bit digits), then
+   the output slot where each chunk starts and how many threshold ties precede it. A row with
+   fewer than k candidates (the sample misled) or more than `cap` (e.g. massive ties) is searched
+   over its whole range instead: slower, still exact.
+3. write, rows x chunks: each chunk writes its selected positions in ascending order, transformed.
 
 Keys are the float's ordered bit pattern, so the result equals kernels/reference.topk_positions_ref
 bit for bit: ties at the threshold go to the lowest positions, rows no longer than k return every
@@ -130,6 +130,29 @@ def _sample_threshold(base, length, K: tl.constexpr, SAMPLE: tl.constexpr):
 
 
 @triton.jit
+def _candidates_kernel(
+    logits_ptr, stride_logits, starts_ptr, lens_ptr, count_ptr, cand_ptr, CHUNK,
+    K: tl.constexpr, SAMPLE: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, HAS_STARTS: tl.constexpr,
+):
+    row = tl.program_id(0)
+    lo = tl.program_id(1) * CHUNK
+    length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
+    if (length > K) & (lo < length):
+        t0 = _sample_threshold(base, length, K, SAMPLE)
+        cand = cand_ptr + row.to(tl.int64) * CAP
+        offs = tl.arange(0, BLOCK)
+        for c in range(lo, tl.minimum(lo + CHUNK, length), BLOCK):
+            pos = c + offs
+            live = pos < length
+            hit = (live & (_ordered_key(tl.load(base + pos, mask=live, other=0.0)) >= t0)).to(tl.int32)
+            hits = tl.sum(hit, axis=0)
+            if hits > 0:
+                slot = tl.atomic_add(count_ptr + row, hits) + tl.cumsum(hit, axis=0) - 1
+                # the counter keeps counting past CAP, which is how select sees the overflow
+                tl.store(cand + slot, pos, mask=(hit > 0) & (slot < CAP))
+
+
+@triton.jit
 def _load_items(base, cand, i, n_items, n_listed):
     """Keys and positions of items i: candidates below n_listed, the row's own positions above."""
     live = i < n_items
@@ -148,73 +171,50 @@ def _chunk_counts(key, live, pos, thr, above, ties, CHUNK, CHUNKS: tl.constexpr)
 
 
 @triton.jit
-def _select(base, length, n_cand, cand, plan, CHUNK,
-            K: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
-    """Exact radix select of a row's k-th key over its candidates, and each write chunk's plan."""
-    whole_row = (n_cand < K) | (n_cand > CAP)
-    n_items = tl.where(whole_row, length, n_cand)
-    n_listed = tl.where(whole_row, 0, n_cand)
-    offs = tl.arange(0, BLOCK)
-    # After each step `thr` holds more leading bits of the k-th largest key and `need` how many
-    # keys sharing them still belong to the top k; at the end, how many ties to take.
-    thr = tl.zeros((), tl.uint32)
-    need = tl.zeros((), tl.int32) + K
-    above = tl.zeros((CHUNKS,), tl.int32)
-    ties = tl.zeros((CHUNKS,), tl.int32)
-    if n_items <= BLOCK:
-        # The usual case: the candidates fit one block, so they are gathered once and every
-        # digit is resolved in registers instead of re-gathering them per digit.
-        key, live, pos = _load_items(base, cand, offs, n_items, n_listed)
-        for step in tl.static_range((32 + RADIX - 1) // RADIX):
-            thr, need = _take_digit(_digit_hist(key, live, thr, step), thr, need, step)
-        above, ties = _chunk_counts(key, live, pos, thr, above, ties, CHUNK, CHUNKS)
-    else:
-        for step in tl.static_range((32 + RADIX - 1) // RADIX):
-            hist = tl.zeros((BINS,), tl.int32)
-            for c in range(0, n_items, BLOCK):
-                key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
-                hist += _digit_hist(key, live, thr, step)
-            thr, need = _take_digit(hist, thr, need, step)
-        for c in range(0, n_items, BLOCK):
-            key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
-            above, ties = _chunk_counts(key, live, pos, thr, above, ties, CHUNK, CHUNKS)
-    ties_before = tl.cumsum(ties, axis=0) - ties
-    taken = above + tl.minimum(tl.maximum(need - ties_before, 0), ties)
-    chunks = tl.arange(0, CHUNKS)
-    tl.store(plan + chunks, tl.cumsum(taken, axis=0) - taken)
-    tl.store(plan + CHUNKS + chunks, ties_before)
-    tl.store(plan + 2 * CHUNKS, thr.to(tl.int32, bitcast=True))
-    tl.store(plan + 2 * CHUNKS + 1, need)
-
-
-@triton.jit
-def _candidates_select_kernel(
+def _select_kernel(
     logits_ptr, stride_logits, starts_ptr, lens_ptr, count_ptr, cand_ptr, plan_ptr, CHUNK,
-    K: tl.constexpr, SAMPLE: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, SELECT_BLOCK: tl.constexpr,
-    CHUNKS: tl.constexpr, HAS_STARTS: tl.constexpr,
+    K: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, HAS_STARTS: tl.constexpr,
 ):
     row = tl.program_id(0)
-    lo = tl.program_id(1) * CHUNK
     length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
-    if (length > K) & (lo < length):
-        t0 = _sample_threshold(base, length, K, SAMPLE)
+    if length > K:
+        n_cand = _scalar(tl.load(count_ptr + row))
+        whole_row = (n_cand < K) | (n_cand > CAP)
+        n_items = tl.where(whole_row, length, n_cand)
+        n_listed = tl.where(whole_row, 0, n_cand)
         cand = cand_ptr + row.to(tl.int64) * CAP
         offs = tl.arange(0, BLOCK)
-        for c in range(lo, tl.minimum(lo + CHUNK, length), BLOCK):
-            pos = c + offs
-            live = pos < length
-            hit = (live & (_ordered_key(tl.load(base + pos, mask=live, other=0.0)) >= t0)).to(tl.int32)
-            hits = tl.sum(hit, axis=0)
-            if hits > 0:
-                slot = tl.atomic_add(count_ptr + 2 * row, hits) + tl.cumsum(hit, axis=0) - 1
-                # the counter keeps counting past CAP, which is how select sees the overflow
-                tl.store(cand + slot, pos, mask=(hit > 0) & (slot < CAP))
-        # The row's last program to finish selects (acq_rel atomics: it sees every candidate),
-        # so the select overlaps other rows' scans and costs no launch of its own.
-        if tl.atomic_add(count_ptr + 2 * row + 1, 1) == tl.cdiv(length, CHUNK) - 1:
-            n_cand = _scalar(tl.atomic_add(count_ptr + 2 * row, 0))
-            _select(base, length, n_cand, cand, plan_ptr + row.to(tl.int64) * (2 * CHUNKS + 2), CHUNK,
-                    K, CAP, SELECT_BLOCK, CHUNKS)
+        # After each step `thr` holds more leading bits of the k-th largest key and `need` how many
+        # keys sharing them still belong to the top k; at the end, how many ties to take.
+        thr = tl.zeros((), tl.uint32)
+        need = tl.zeros((), tl.int32) + K
+        above = tl.zeros((CHUNKS,), tl.int32)
+        ties = tl.zeros((CHUNKS,), tl.int32)
+        if n_items <= BLOCK:
+            # The usual case: the candidates fit one block, so they are gathered once and every
+            # digit is resolved in registers instead of re-gathering them per digit.
+            key, live, pos = _load_items(base, cand, offs, n_items, n_listed)
+            for step in tl.static_range((32 + RADIX - 1) // RADIX):
+                thr, need = _take_digit(_digit_hist(key, live, thr, step), thr, need, step)
+            above, ties = _chunk_counts(key, live, pos, thr, above, ties, CHUNK, CHUNKS)
+        else:
+            for step in tl.static_range((32 + RADIX - 1) // RADIX):
+                hist = tl.zeros((BINS,), tl.int32)
+                for c in range(0, n_items, BLOCK):
+                    key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
+                    hist += _digit_hist(key, live, thr, step)
+                thr, need = _take_digit(hist, thr, need, step)
+            for c in range(0, n_items, BLOCK):
+                key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
+                above, ties = _chunk_counts(key, live, pos, thr, above, ties, CHUNK, CHUNKS)
+        ties_before = tl.cumsum(ties, axis=0) - ties
+        taken = above + tl.minimum(tl.maximum(need - ties_before, 0), ties)
+        plan = plan_ptr + row.to(tl.int64) * (2 * CHUNKS + 2)
+        chunks = tl.arange(0, CHUNKS)
+        tl.store(plan + chunks, tl.cumsum(taken, axis=0) - taken)
+        tl.store(plan + CHUNKS + chunks, ties_before)
+        tl.store(plan + 2 * CHUNKS, thr.to(tl.int32, bitcast=True))
+        tl.store(plan + 2 * CHUNKS + 1, need)
 
 
 @triton.jit
@@ -290,15 +290,16 @@ def topk_transform(
     cfg = config or topk_config(n, width, k, _num_sms(logits.device))
     chunks = max(1, triton.cdiv(width, cfg.chunk))
     bins = max(32, triton.next_power_of_2(chunks))  # tl.histogram wants a multiple of the warp size
-    count = torch.zeros(n, 2, device=logits.device, dtype=torch.int32)  # candidates, programs done
+    count = torch.zeros(n, device=logits.device, dtype=torch.int32)
     cand = torch.empty(n, cfg.cap, device=logits.device, dtype=torch.int32)
     plan = torch.empty(n, 2 * bins + 2, device=logits.device, dtype=torch.int32)
     starts = row_starts if row_starts is not None else lengths
     row_args = (logits, logits.stride(0), starts, lengths)
     common = dict(K=k, HAS_STARTS=row_starts is not None)
-    _candidates_select_kernel[(n, chunks)](*row_args, count, cand, plan, cfg.chunk, SAMPLE=cfg.sample, CAP=cfg.cap,
-                                           BLOCK=cfg.block, SELECT_BLOCK=cfg.select_block, CHUNKS=bins,
-                                           num_warps=8, **common)
+    _candidates_kernel[(n, chunks)](*row_args, count, cand, cfg.chunk, SAMPLE=cfg.sample, CAP=cfg.cap,
+                                    BLOCK=cfg.block, num_warps=8, **common)
+    _select_kernel[(n,)](*row_args, count, cand, plan, cfg.chunk, CAP=cfg.cap, BLOCK=cfg.select_block,
+                         CHUNKS=bins, num_warps=16 if cfg.select_block >= 4096 else 4, **common)
     bt = block_table if block_table is not None else lengths
     _write_kernel[(n, chunks)](
         *row_args, plan, out, out.stride(0), bt, bt.stride(0) if block_table is not None else 0,
