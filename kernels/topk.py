@@ -1,21 +1,25 @@
 """Exact top-k over indexer logits with the paged or ragged transform fused in, in Triton.
 
-A row is split into chunks (topk_config: about two programs per SM in all) so that small batches
-still fill the GPU. Three launches, plus a memset of one counter per row:
+A row is cut into blocks of keys, one program per block (topk_config sizes them so that small
+batches still fill the GPU). Four launches, plus a memset of one counter per row:
 
-1. candidates, rows x chunks: every program of a row reads the same strided sample of the row and
-   takes as threshold t0 the key the sample ranks five standard deviations below the k-th (three
-   radix steps in registers), then appends the positions of its chunk whose key is >= t0 to the
-   row's candidate list through an atomic counter (list order is free).
-2. select, one program per row: exact radix select over the candidates (six 6-bit digits), then
-   the output slot where each chunk starts and how many threshold ties precede it. A row with
+1. threshold, one program per row: from a strided sample of the row, the key t0 that the sample
+   ranks five standard deviations below the k-th (three radix steps in registers).
+2. candidates, rows x blocks: append the positions of the block whose key is >= t0 to the row's
+   candidate list through an atomic counter (list order is free).
+3. select, one program per row: exact radix select over the candidates (six 6-bit digits), then
+   the output slot where each block starts and how many threshold ties precede it. A row with
    fewer than k candidates (the sample misled) or more than `cap` (e.g. massive ties) is searched
    over its whole range instead: slower, still exact.
-3. write, rows x chunks: each chunk writes its selected positions in ascending order, transformed.
+4. write, rows x blocks: each block writes its selected positions in ascending order, transformed.
+
+The two row-wide passes run on many small programs because they are latency-bound, not
+bandwidth-bound: an H200 profile of the earlier two-programs-per-SM version spent 0.13 ms
+writing 64 MB of logits (batch 128, 128K keys).
 
 Keys are the float's ordered bit pattern, so the result equals kernels/reference.topk_positions_ref
 bit for bit: ties at the threshold go to the lowest positions, rows no longer than k return every
-position then -1. Scratch: `cap` int32 candidates and 2 * 64 + 2 int32 of plan per row.
+position then -1. Scratch per row: `cap` int32 candidates, t0, and 2 * bins + 2 int32 of plan.
 """
 
 from __future__ import annotations
@@ -32,24 +36,23 @@ TRANSFORM_NONE, TRANSFORM_PAGED, TRANSFORM_RAGGED = 0, 1, 2
 
 @dataclass(frozen=True)
 class TopkConfig:
-    """chunk: keys per candidates/write program (a multiple of block); sample: keys in the threshold
-    sample; cap: candidates kept per row; select_block: candidates per step of the select loop."""
+    """block: keys per candidates/write program; sample: keys in the threshold sample; cap:
+    candidates kept per row; select_block: candidates per step of the select loop."""
 
     block: int
-    chunk: int
     sample: int
     cap: int
     select_block: int
 
 
 def topk_config(rows: int, width: int, k: int, num_sms: int) -> TopkConfig:
-    """The one place tiling follows the shape: about two programs per SM, whole blocks per chunk."""
-    # 4096-key blocks: one candidate-list atomic (an L2 round trip) per 4096 keys, not per 1024.
+    """The one place tiling follows the shape: 4096-key blocks (one candidate-list atomic per
+    4096 keys), smaller ones while the grid would leave SMs idle."""
     block = 4096
-    chunks = max(1, min(triton.cdiv(2 * num_sms, rows), triton.cdiv(width, block), 64))
-    chunk = triton.cdiv(triton.cdiv(max(width, 1), chunks), block) * block
+    while block > 1024 and rows * triton.cdiv(width, block) < 2 * num_sms:
+        block //= 2
     # 1.3-1.7 k candidates are typical at 32K-128K keys (the sample's margin); 4 k leaves room.
-    return TopkConfig(block=block, chunk=chunk, sample=4096, cap=max(4 * k, 4096), select_block=4096)
+    return TopkConfig(block=block, sample=4096, cap=max(4 * k, 4096), select_block=4096)
 
 
 @functools.cache
@@ -130,26 +133,33 @@ def _sample_threshold(base, length, K: tl.constexpr, SAMPLE: tl.constexpr):
 
 
 @triton.jit
-def _candidates_kernel(
-    logits_ptr, stride_logits, starts_ptr, lens_ptr, count_ptr, cand_ptr, CHUNK,
-    K: tl.constexpr, SAMPLE: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, HAS_STARTS: tl.constexpr,
+def _threshold_kernel(
+    logits_ptr, stride_logits, starts_ptr, lens_ptr, t0_ptr,
+    K: tl.constexpr, SAMPLE: tl.constexpr, HAS_STARTS: tl.constexpr,
 ):
     row = tl.program_id(0)
-    lo = tl.program_id(1) * CHUNK
     length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
-    if (length > K) & (lo < length):
-        t0 = _sample_threshold(base, length, K, SAMPLE)
-        cand = cand_ptr + row.to(tl.int64) * CAP
-        offs = tl.arange(0, BLOCK)
-        for c in range(lo, tl.minimum(lo + CHUNK, length), BLOCK):
-            pos = c + offs
-            live = pos < length
-            hit = (live & (_ordered_key(tl.load(base + pos, mask=live, other=0.0)) >= t0)).to(tl.int32)
-            hits = tl.sum(hit, axis=0)
-            if hits > 0:
-                slot = tl.atomic_add(count_ptr + row, hits) + tl.cumsum(hit, axis=0) - 1
-                # the counter keeps counting past CAP, which is how select sees the overflow
-                tl.store(cand + slot, pos, mask=(hit > 0) & (slot < CAP))
+    if length > K:
+        tl.store(t0_ptr + row, _sample_threshold(base, length, K, SAMPLE).to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def _candidates_kernel(
+    logits_ptr, stride_logits, starts_ptr, lens_ptr, t0_ptr, count_ptr, cand_ptr,
+    K: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, HAS_STARTS: tl.constexpr,
+):
+    row = tl.program_id(0)
+    pos = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
+    if (length > K) & (tl.program_id(1) * BLOCK < length):
+        t0 = _scalar(tl.load(t0_ptr + row)).to(tl.uint32, bitcast=True)
+        live = pos < length
+        hit = (live & (_ordered_key(tl.load(base + pos, mask=live, other=0.0)) >= t0)).to(tl.int32)
+        hits = tl.sum(hit, axis=0)
+        if hits > 0:
+            slot = tl.atomic_add(count_ptr + row, hits) + tl.cumsum(hit, axis=0) - 1
+            # the counter keeps counting past CAP, which is how select sees the overflow
+            tl.store(cand_ptr + row.to(tl.int64) * CAP + slot, pos, mask=(hit > 0) & (slot < CAP))
 
 
 @triton.jit
@@ -162,18 +172,18 @@ def _load_items(base, cand, i, n_items, n_listed):
 
 
 @triton.jit
-def _chunk_counts(key, live, pos, thr, above, ties, CHUNK, CHUNKS: tl.constexpr):
-    """Per write chunk, add the items above the threshold key and those equal to it."""
-    chunk = (pos // CHUNK).to(tl.int32)
-    above += tl.histogram(chunk, CHUNKS, mask=live & (key > thr))
-    ties += tl.histogram(chunk, CHUNKS, mask=live & (key == thr))
+def _block_counts(key, live, pos, thr, above, ties, WRITE_BLOCK, BLOCKS: tl.constexpr):
+    """Per write block, add the items above the threshold key and those equal to it."""
+    block = (pos // WRITE_BLOCK).to(tl.int32)
+    above += tl.histogram(block, BLOCKS, mask=live & (key > thr))
+    ties += tl.histogram(block, BLOCKS, mask=live & (key == thr))
     return above, ties
 
 
 @triton.jit
 def _select_kernel(
-    logits_ptr, stride_logits, starts_ptr, lens_ptr, count_ptr, cand_ptr, plan_ptr, CHUNK,
-    K: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, HAS_STARTS: tl.constexpr,
+    logits_ptr, stride_logits, starts_ptr, lens_ptr, count_ptr, cand_ptr, plan_ptr, WRITE_BLOCK,
+    K: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, HAS_STARTS: tl.constexpr,
 ):
     row = tl.program_id(0)
     length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
@@ -188,15 +198,15 @@ def _select_kernel(
         # keys sharing them still belong to the top k; at the end, how many ties to take.
         thr = tl.zeros((), tl.uint32)
         need = tl.zeros((), tl.int32) + K
-        above = tl.zeros((CHUNKS,), tl.int32)
-        ties = tl.zeros((CHUNKS,), tl.int32)
+        above = tl.zeros((BLOCKS,), tl.int32)
+        ties = tl.zeros((BLOCKS,), tl.int32)
         if n_items <= BLOCK:
             # The usual case: the candidates fit one block, so they are gathered once and every
             # digit is resolved in registers instead of re-gathering them per digit.
             key, live, pos = _load_items(base, cand, offs, n_items, n_listed)
             for step in tl.static_range((32 + RADIX - 1) // RADIX):
                 thr, need = _take_digit(_digit_hist(key, live, thr, step), thr, need, step)
-            above, ties = _chunk_counts(key, live, pos, thr, above, ties, CHUNK, CHUNKS)
+            above, ties = _block_counts(key, live, pos, thr, above, ties, WRITE_BLOCK, BLOCKS)
         else:
             for step in tl.static_range((32 + RADIX - 1) // RADIX):
                 hist = tl.zeros((BINS,), tl.int32)
@@ -206,15 +216,15 @@ def _select_kernel(
                 thr, need = _take_digit(hist, thr, need, step)
             for c in range(0, n_items, BLOCK):
                 key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
-                above, ties = _chunk_counts(key, live, pos, thr, above, ties, CHUNK, CHUNKS)
+                above, ties = _block_counts(key, live, pos, thr, above, ties, WRITE_BLOCK, BLOCKS)
         ties_before = tl.cumsum(ties, axis=0) - ties
         taken = above + tl.minimum(tl.maximum(need - ties_before, 0), ties)
-        plan = plan_ptr + row.to(tl.int64) * (2 * CHUNKS + 2)
-        chunks = tl.arange(0, CHUNKS)
-        tl.store(plan + chunks, tl.cumsum(taken, axis=0) - taken)
-        tl.store(plan + CHUNKS + chunks, ties_before)
-        tl.store(plan + 2 * CHUNKS, thr.to(tl.int32, bitcast=True))
-        tl.store(plan + 2 * CHUNKS + 1, need)
+        plan = plan_ptr + row.to(tl.int64) * (2 * BLOCKS + 2)
+        blocks = tl.arange(0, BLOCKS)
+        tl.store(plan + blocks, tl.cumsum(taken, axis=0) - taken)
+        tl.store(plan + BLOCKS + blocks, ties_before)
+        tl.store(plan + 2 * BLOCKS, thr.to(tl.int32, bitcast=True))
+        tl.store(plan + 2 * BLOCKS + 1, need)
 
 
 @triton.jit
@@ -233,42 +243,37 @@ def _transform(pos, row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE: tl.constexpr
 @triton.jit
 def _write_kernel(
     logits_ptr, stride_logits, starts_ptr, lens_ptr, plan_ptr, out_ptr, stride_out,
-    bt_ptr, stride_bt, offs_ptr, NEXT_N, CHUNK,
-    K: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, HAS_STARTS: tl.constexpr, PAGE: tl.constexpr,
+    bt_ptr, stride_bt, offs_ptr, NEXT_N,
+    K: tl.constexpr, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, HAS_STARTS: tl.constexpr, PAGE: tl.constexpr,
     TRANSFORM: tl.constexpr,
 ):
     row = tl.program_id(0)
-    chunk = tl.program_id(1)
-    lo = chunk * CHUNK
+    block = tl.program_id(1)
     length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
     out_row = out_ptr + row.to(tl.int64) * stride_out
     offs = tl.arange(0, BLOCK)
     if length <= K:
-        if chunk == 0:  # dense: every position, then -1
+        if block == 0:  # dense: every position, then -1
             for c in range(0, K, BLOCK):
                 pos = c + offs
                 val = _transform(tl.where(pos < length, pos, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE,
                                  TRANSFORM)
                 tl.store(out_row + pos, val.to(tl.int32), mask=pos < K)
-    elif lo < length:
-        plan = plan_ptr + row.to(tl.int64) * (2 * CHUNKS + 2)
-        written = _scalar(tl.load(plan + chunk))
-        ties = _scalar(tl.load(plan + CHUNKS + chunk))
-        thr = _scalar(tl.load(plan + 2 * CHUNKS)).to(tl.uint32, bitcast=True)
-        need = _scalar(tl.load(plan + 2 * CHUNKS + 1))
+    elif block * BLOCK < length:
+        plan = plan_ptr + row.to(tl.int64) * (2 * BLOCKS + 2)
+        written = _scalar(tl.load(plan + block))
+        ties = _scalar(tl.load(plan + BLOCKS + block))
+        thr = _scalar(tl.load(plan + 2 * BLOCKS)).to(tl.uint32, bitcast=True)
+        need = _scalar(tl.load(plan + 2 * BLOCKS + 1))
         # Everything above the threshold key and the first `need` ties of the row, in position order.
-        for c in range(lo, tl.minimum(lo + CHUNK, length), BLOCK):
-            pos = c + offs
-            live = pos < length
-            key = _ordered_key(tl.load(base + pos, mask=live, other=0.0))
-            eq = (live & (key == thr)).to(tl.int32)
-            sel = (live & (key > thr)) | ((eq > 0) & (ties + tl.cumsum(eq, axis=0) <= need))
-            sel_i = sel.to(tl.int32)
-            slot = written + tl.cumsum(sel_i, axis=0) - 1
-            val = _transform(pos, row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
-            tl.store(out_row + slot, val.to(tl.int32), mask=sel)
-            written += tl.sum(sel_i, axis=0)
-            ties += tl.sum(eq, axis=0)
+        pos = block * BLOCK + offs
+        live = pos < length
+        key = _ordered_key(tl.load(base + pos, mask=live, other=0.0))
+        eq = (live & (key == thr)).to(tl.int32)
+        sel = (live & (key > thr)) | ((eq > 0) & (ties + tl.cumsum(eq, axis=0) <= need))
+        slot = written + tl.cumsum(sel.to(tl.int32), axis=0) - 1
+        val = _transform(pos, row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
+        tl.store(out_row + slot, val.to(tl.int32), mask=sel)
 
 
 def topk_transform(
@@ -288,22 +293,25 @@ def topk_transform(
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
     cfg = config or topk_config(n, width, k, _num_sms(logits.device))
-    chunks = max(1, triton.cdiv(width, cfg.chunk))
-    bins = max(32, triton.next_power_of_2(chunks))  # tl.histogram wants a multiple of the warp size
+    blocks = max(1, triton.cdiv(width, cfg.block))
+    bins = max(32, triton.next_power_of_2(blocks))  # tl.histogram wants a multiple of the warp size
     count = torch.zeros(n, device=logits.device, dtype=torch.int32)
+    t0 = torch.empty(n, device=logits.device, dtype=torch.int32)
     cand = torch.empty(n, cfg.cap, device=logits.device, dtype=torch.int32)
     plan = torch.empty(n, 2 * bins + 2, device=logits.device, dtype=torch.int32)
     starts = row_starts if row_starts is not None else lengths
     row_args = (logits, logits.stride(0), starts, lengths)
     common = dict(K=k, HAS_STARTS=row_starts is not None)
-    _candidates_kernel[(n, chunks)](*row_args, count, cand, cfg.chunk, SAMPLE=cfg.sample, CAP=cfg.cap,
-                                    BLOCK=cfg.block, num_warps=8, **common)
-    _select_kernel[(n,)](*row_args, count, cand, plan, cfg.chunk, CAP=cfg.cap, BLOCK=cfg.select_block,
-                         CHUNKS=bins, num_warps=16 if cfg.select_block >= 4096 else 4, **common)
+    warps = 8 if cfg.block >= 4096 else 4
+    _threshold_kernel[(n,)](*row_args, t0, SAMPLE=cfg.sample, num_warps=8, **common)
+    _candidates_kernel[(n, blocks)](*row_args, t0, count, cand, CAP=cfg.cap, BLOCK=cfg.block, num_warps=warps,
+                                    **common)
+    _select_kernel[(n,)](*row_args, count, cand, plan, cfg.block, CAP=cfg.cap, BLOCK=cfg.select_block,
+                         BLOCKS=bins, num_warps=16 if cfg.select_block >= 4096 else 4, **common)
     bt = block_table if block_table is not None else lengths
-    _write_kernel[(n, chunks)](
+    _write_kernel[(n, blocks)](
         *row_args, plan, out, out.stride(0), bt, bt.stride(0) if block_table is not None else 0,
-        offsets if offsets is not None else lengths, next_n, cfg.chunk,
-        BLOCK=cfg.block, CHUNKS=bins, PAGE=page_size, TRANSFORM=transform, num_warps=8, **common,
+        offsets if offsets is not None else lengths, next_n,
+        BLOCK=cfg.block, BLOCKS=bins, PAGE=page_size, TRANSFORM=transform, num_warps=warps, **common,
     )
     return out

@@ -1,4 +1,4 @@
-"""Top-k equals the reference bit for bit: chunked rows, sampled thresholds, the whole-row fallback,
+"""Top-k equals the reference bit for bit: rows cut into blocks, sampled thresholds, the whole-row fallback,
 both transforms and ragged edges."""
 
 import pytest
@@ -8,7 +8,7 @@ from dsa_kernels import reference, topk
 
 K = 16
 # Tiny tiles so the interpreter runs several programs per row and rows longer than the sample.
-SMALL = topk.TopkConfig(block=32, chunk=64, sample=64, cap=64, select_block=64)
+SMALL = topk.TopkConfig(block=32, sample=64, cap=64, select_block=64)
 
 
 def _logits(n, width):
@@ -26,12 +26,12 @@ def test_positions_match_reference_at_ragged_edges(lengths):
     _check(_logits(len(lengths), 100), lengths)
 
 
-def test_rows_of_very_different_lengths_split_unevenly_across_chunk_programs():
-    # 300 keys: chunks of 64 leave a partial last chunk; 77 and 129 end inside one.
+def test_rows_of_very_different_lengths_split_unevenly_across_block_programs():
+    # 300 keys: blocks of 32 leave a partial last block; 77 and 129 end inside one.
     _check(_logits(6, 300), [300, 0, 77, 129, K + 1, 5])
 
 
-@pytest.mark.parametrize("config", [SMALL, topk.TopkConfig(block=32, chunk=64, sample=64, cap=256, select_block=32)],
+@pytest.mark.parametrize("config", [SMALL, topk.TopkConfig(block=32, sample=64, cap=256, select_block=32)],
                          ids=["candidates-in-one-select-block", "candidates-over-several-select-blocks"])
 def test_rows_longer_than_the_sample_select_from_sampled_candidates(config):
     _check(_logits(3, 400), [400, 257, 65], config)
@@ -55,7 +55,7 @@ def test_a_sample_that_ranks_too_high_falls_back_to_the_whole_row():
     # threshold admits fewer than k candidates.
     logits = _logits(2, 512)
     logits[:, ::16] += 50.0
-    _check(logits, [512, 512], topk.TopkConfig(block=32, chunk=128, sample=32, cap=64, select_block=64))
+    _check(logits, [512, 512], topk.TopkConfig(block=32, sample=32, cap=64, select_block=64))
 
 
 def test_row_starts_shift_each_rows_range():
@@ -96,10 +96,11 @@ def test_reference_ragged_transform_without_offsets_raises():
         reference.ragged_transform_ref(torch.zeros(1, K, dtype=torch.int32), None)
 
 
-@pytest.mark.parametrize("rows, width, chunks", [(1, 131072, 32), (1, 32768, 8), (32, 131072, 8), (128, 32768, 3)])
-def test_default_tiling_gives_about_two_programs_per_sm_in_whole_blocks(rows, width, chunks):
+@pytest.mark.parametrize("rows, width, block", [(1, 131072, 1024), (1, 32768, 1024), (32, 131072, 4096),
+                                               (128, 32768, 4096), (8, 32768, 1024)])
+def test_default_tiling_shrinks_blocks_only_while_the_grid_is_small(rows, width, block):
     cfg = topk.topk_config(rows, width, 2048, num_sms=132)
-    assert -(-width // cfg.chunk) == chunks and cfg.chunk % cfg.block == 0 and cfg.cap >= 2 * 2048
+    assert cfg.block == block and cfg.cap >= 2 * 2048
 
 
 @pytest.mark.gpu
