@@ -63,6 +63,21 @@ def bench(fn) -> float:
     return float(triton.testing.do_bench(fn, warmup=5, rep=30, return_mode="median"))
 
 
+def bench_graph(fn) -> float | None:
+    """Median milliseconds of fn replayed as a CUDA graph: device time without Python launch
+    overhead, which at small batches exceeds the kernels themselves (what an engine replaying
+    graphs pays). None when fn cannot be captured."""
+    if OPT.smoke:
+        return None
+    import triton.testing
+
+    try:
+        return round(float(triton.testing.do_bench_cudagraph(fn, rep=30, return_mode="median")), 5)
+    except Exception as exc:  # noqa: BLE001 - e.g. a library call that synchronises
+        RES["errors"].append(f"graph capture: {str(exc)[:160]}")
+        return None
+
+
 def row(section, name, ms, **kw):
     r = dict(section=section, name=name, ms=round(ms, 5), **kw)
     RES["rows"].append(r)
@@ -292,6 +307,8 @@ def indexer():
 
 def launch_ms(fn, reps: int = 20) -> dict:
     """Mean device time of each kernel fn launches, by kernel name, from the torch profiler."""
+    if OPT.smoke:
+        return {}
     fn()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
@@ -315,13 +332,15 @@ def topk_section():
     for batch, ctx in cases:
         q, w, table, lens = paged_case(batch, ctx, 1, pool)
         tag = dict(batch=batch, ctx=ctx)
-        ms_idx = bench(lambda: indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, ctx, 1, clean_logits=False))
-        row("topk", "triton paged indexer (next_n 1, default config)", ms_idx, **tag)
+        idx_fn = lambda: indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, ctx, 1, clean_logits=False)  # noqa: E731
+        ms_idx, g_idx = bench(idx_fn), bench_graph(idx_fn)
+        row("topk", "triton paged indexer (next_n 1, default config)", ms_idx, **tag, graph_ms=g_idx)
         ms_dg = None
         if dg is not None:
             try:
-                ms_dg = bench(lambda: dispatch._deepgemm_paged(q, w, pool, table, lens, PAGE, ctx, 1, False))
-                row("topk", "deepgemm paged indexer (next_n 1)", ms_dg, **tag)
+                dg_fn = lambda: dispatch._deepgemm_paged(q, w, pool, table, lens, PAGE, ctx, 1, False)  # noqa: E731
+                ms_dg = bench(dg_fn)
+                row("topk", "deepgemm paged indexer (next_n 1)", ms_dg, **tag, graph_ms=bench_graph(dg_fn))
             except Exception as exc:  # noqa: BLE001
                 RES["errors"].append(f"deepgemm paged {tag}: {str(exc)[:200]}")
         for source in ("randn", "indexer"):
@@ -333,8 +352,9 @@ def topk_section():
             def paged():
                 return dispatch.topk_transform(logits, lens, K, "paged", block_table=table, page_size=PAGE, backend="triton")
 
-            ms = bench(paged)
-            fracs = dict(frac_of_indexer=round(ms / ms_idx, 3), frac_of_deepgemm=round(ms / ms_dg, 3) if ms_dg else None)
+            ms, g = bench(paged), bench_graph(paged)
+            fracs = dict(frac_of_indexer=round(ms / ms_idx, 3), frac_of_deepgemm=round(ms / ms_dg, 3) if ms_dg else None,
+                         graph_ms=g, graph_frac_of_indexer=round(g / g_idx, 3) if g and g_idx else None)
             if source == "randn":
                 offs = torch.zeros(batch, device=DEV, dtype=torch.int32)
                 ms_r = bench(lambda: dispatch.topk_transform(logits, lens, K, "ragged", offsets=offs, backend="triton"))
@@ -344,6 +364,7 @@ def topk_section():
                     return table.gather(1, pos // PAGE) * PAGE + pos % PAGE
 
                 ms_t = bench(torch_topk)
+                row("topk", "torch.topk + gather, CUDA graph", bench_graph(torch_topk) or float("nan"), **tag)
                 row("topk", "triton paged transform", ms, **tag, **fracs, vs_torch_speed=round(ms_t / ms, 3))
                 row("topk", "triton paged transform, per launch (profiler)", ms, **tag, launches_ms=launch_ms(paged))
                 row("topk", "triton ragged transform", ms_r, **tag)

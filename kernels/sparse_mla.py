@@ -96,14 +96,16 @@ def _sparse_mla_kernel(
         idx = tl.load(idx_ptr + n.to(tl.int64) * stride_idx + j, mask=j < topk, other=-1)
         ok = (idx >= 0) & (idx < num_slots)
         row = tl.where(ok, idx, 0).to(tl.int64) * stride_kv
-        qk = dot(qr, tl.trans(_rope_tile(kv_ptr, kv_bf16_ptr, row, ok, FP8)), UPCAST)
+        # every load of the tile is issued before the first dot, so their latencies overlap
+        kr = _rope_tile(kv_ptr, kv_bf16_ptr, row, ok, FP8)
         k0, s0 = _latent_tile(kv_ptr, kv_f32_ptr, row, ok, 0, FP8)
-        qk += _scaled(dot(q0, tl.trans(k0), UPCAST), s0, FP8)
         k1, s1 = _latent_tile(kv_ptr, kv_f32_ptr, row, ok, 1, FP8)
-        qk += _scaled(dot(q1, tl.trans(k1), UPCAST), s1, FP8)
         k2, s2 = _latent_tile(kv_ptr, kv_f32_ptr, row, ok, 2, FP8)
-        qk += _scaled(dot(q2, tl.trans(k2), UPCAST), s2, FP8)
         k3, s3 = _latent_tile(kv_ptr, kv_f32_ptr, row, ok, 3, FP8)
+        qk = dot(qr, tl.trans(kr), UPCAST)
+        qk += _scaled(dot(q0, tl.trans(k0), UPCAST), s0, FP8)
+        qk += _scaled(dot(q1, tl.trans(k1), UPCAST), s1, FP8)
+        qk += _scaled(dot(q2, tl.trans(k2), UPCAST), s2, FP8)
         qk += _scaled(dot(q3, tl.trans(k3), UPCAST), s3, FP8)
         qk = tl.where(ok[None, :], qk * scale_log2, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, axis=1))
@@ -167,21 +169,19 @@ def _merge_splits_kernel(
 def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     """Tile shape and top-k split count for N query rows of `heads` heads.
 
-    Prefill-sized grids (keys from L2) keep the measured 64-head, 64-key, 8-warp tile; a grid of
-    64-head programs that covers the SMs keeps the unsplit decode tile (32 keys, 4 warps). Smaller
-    grids split top-k until the programs cover the SMs (the merge is one small extra launch), on
-    8 warps so that the [64, 512] fp32 accumulator is 128 registers per thread.
+    From the H200 sweep (docs/PERFORMANCE.md): 64-head, 64-key tiles on 8 warps everywhere.
+    Prefill-sized grids (keys from L2) run one stage; decode grids that cover the SMs run three;
+    smaller grids split top-k into at most one wave of programs, down to 64 keys per split, and
+    run two stages (the merge is one small extra launch).
     """
     block_h = 64 if heads % 64 == 0 else 16
     programs = n * (heads // block_h)
     if programs >= 16 * num_sms:
         return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=1, num_warps=8, num_stages=1)
-    if programs >= num_sms:
-        return dict(BLOCK_H=block_h, BLOCK_N=32, SPLIT=1, num_warps=4, num_stages=1)
     split = 1
-    while programs * split < num_sms and topk // (split * 2) >= 32:
+    while programs * split * 2 <= num_sms and topk // (split * 2) >= 64:
         split *= 2
-    return dict(BLOCK_H=block_h, BLOCK_N=32, SPLIT=split, num_warps=8, num_stages=1)
+    return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, num_warps=8, num_stages=2 if split > 1 else 3)
 
 
 def sparse_mla(

@@ -270,7 +270,9 @@ def _write_kernel(
         live = pos < length
         key = _ordered_key(tl.load(base + pos, mask=live, other=0.0))
         eq = (live & (key == thr)).to(tl.int32)
-        sel = (live & (key > thr)) | ((eq > 0) & (ties + tl.cumsum(eq, axis=0) <= need))
+        sel = live & (key > thr)
+        if tl.sum(eq, axis=0) > 0:  # a block rarely holds the threshold key: skip its scan
+            sel |= (eq > 0) & (ties + tl.cumsum(eq, axis=0) <= need)
         slot = written + tl.cumsum(sel.to(tl.int32), axis=0) - 1
         val = _transform(pos, row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
         tl.store(out_row + slot, val.to(tl.int32), mask=sel)
