@@ -113,8 +113,9 @@ def _note_fallback(what: str) -> None:
 
 class KernelDsaBackend:
     """The two DSA steps through dsa_kernels (GPU). What the kernels do not cover falls back to the
-    reference, logged once: the indexer over an exact ("auto") key pool (the kernels read only the
-    FP8 layout), and sparse MLA unless q and an exact pool are bf16. Draft trees need no mask
+    reference, logged once: the indexer over an exact key pool (the kernels read only the FP8
+    layout, which kv_cache_dtype "auto" gives on CUDA too), and sparse MLA unless q and an exact
+    pool are bf16. Draft trees need no mask
     kernel: the indexer ranks each token's visible keys (_tree_topk), sparse MLA reads the top-k."""
 
     def __init__(self):
@@ -126,7 +127,7 @@ class KernelDsaBackend:
         import dsa_kernels
 
         if not pool.fp8 or q.shape[-1] != 128:
-            _note_fallback("the indexer over an exact (kv_cache_dtype='auto') key pool")
+            _note_fallback("the indexer over an exact key pool (kv_cache_dtype='auto' off CUDA)")
             return self.reference.indexer_topk(q, weights, pool, layer, batch, topk, softmax_scale)
         q_fp8, w = fold_indexer_scales(q, weights, True, softmax_scale)
         keys = pool.buffer[pool.index_of_layer[layer]]

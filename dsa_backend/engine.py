@@ -47,7 +47,7 @@ class EngineArgs:
     page_size: int = 64
     num_kv_pages: int | None = None      # None: from free GPU memory (gpu_memory_utilization)
     gpu_memory_utilization: float = 0.85
-    kv_cache_dtype: str = "auto"         # auto: the model dtype; fp8: FlashMLA / FP8 indexer layouts
+    kv_cache_dtype: str = "auto"         # auto: MLA in the model dtype, FP8 indexer keys on CUDA; fp8: both FP8
     max_running_requests: int = 64
     max_num_batched_tokens: int = 2048   # token budget of one step (the prefill chunk size)
     max_model_len: int | None = None     # None: the checkpoint's max_position_embeddings
@@ -136,7 +136,8 @@ class Engine:
             return _CPU_DEFAULT_PAGES
         free, total = torch.cuda.mem_get_info(self.device)
         budget = free - (1 - self.args.gpu_memory_utilization) * total
-        per_page = KVCache.bytes_per_page(self.config, self.args.page_size, self.args.kv_cache_dtype, self.dtype)
+        per_page = KVCache.bytes_per_page(self.config, self.args.page_size, self.args.kv_cache_dtype, self.dtype,
+                                          self.device)
         if budget < per_page:
             raise ValueError(f"gpu_memory_utilization={self.args.gpu_memory_utilization} leaves no memory "
                              f"for the KV cache ({free / 2**30:.1f} GiB free of {total / 2**30:.1f})")

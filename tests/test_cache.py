@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dsa_backend.cache import KVCache, OutOfPages, PageAllocator
+from dsa_backend.cache import KVCache, OutOfPages, PageAllocator, indexer_is_fp8
 from dsa_backend.cache import layout
 from dsa_backend.config import ModelConfig
 from dsa_backend.tools.make_checkpoint import make_config
@@ -107,5 +107,14 @@ def test_move_handles_overlapping_source_and_destination(config):
 
 
 def test_bytes_per_page_counts_both_pools(config):
-    per_page = KVCache.bytes_per_page(config, 64, "fp8", torch.bfloat16)
+    per_page = KVCache.bytes_per_page(config, 64, "fp8", torch.bfloat16, "cpu")
     assert per_page == 64 * (5 * 656 + 3 * 132)
+    # auto on CUDA: a bf16 latent (576 values) and FP8 indexer keys, sized without a GPU
+    assert KVCache.bytes_per_page(config, 64, "auto", torch.bfloat16, "cuda") == 64 * (5 * 576 * 2 + 3 * 132)
+    assert KVCache.bytes_per_page(config, 64, "auto", torch.bfloat16, "cpu") == 64 * (5 * 576 * 2 + 3 * 128 * 2)
+
+
+def test_auto_stores_indexer_keys_in_fp8_on_cuda_only():
+    assert indexer_is_fp8("auto", "cuda") and indexer_is_fp8("auto", torch.device("cuda", 1))
+    assert not indexer_is_fp8("auto", "cpu")
+    assert indexer_is_fp8("fp8", "cpu")
