@@ -25,7 +25,7 @@ from dsa_backend.sampling import (SamplingBatch, SamplingRow, check_vocab, make_
 from dsa_backend.sampling_params import SamplingParams
 from dsa_backend.scheduler import ScheduledChunk, Scheduler
 from dsa_backend.sequence import Sequence
-from dsa_backend.spec.acceptance import accept_tree
+from dsa_backend.spec.acceptance import accept_greedy, accept_tree
 from dsa_backend.spec.compaction import compact_accepted_path
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.drafter import DraftInput, MtpDrafter
@@ -226,20 +226,41 @@ class Engine:
         if rows:
             sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device)
             processed = process_logits(out.logits[logit_rows], sampling)
-            probs, logprobs = sampling_probs(processed, sampling), processed.log_softmax(dim=-1)
+            # Greedy requests walk their trees on the host from one argmax transfer; only sampled
+            # ones need the target distributions (and a device read per child).
+            argmax = processed.argmax(dim=-1).tolist() if sampling.any_greedy else None
+            probs = None if sampling.all_greedy else sampling_probs(processed, sampling)
+            decided = {}
             for i, r in first_row.items():
+                seq, tree = chunks[i].seq, chunks[i].draft or ROOT_ONLY
+                if seq.params.greedy:
+                    decided[i] = accept_greedy(argmax[r:r + tree.num_nodes], tree)
+                else:
+                    decided[i] = accept_tree(probs[r:r + tree.num_nodes], tree, seq.generator or self.generator)
+            logprobs = self._emitted_logprobs(processed, first_row, decided, sampling.return_logprobs)
+            for i, (path, tokens) in decided.items():
                 chunk, seq = chunks[i], chunks[i].seq
-                tree = chunk.draft or ROOT_ONLY
-                path, tokens = accept_tree(probs[r:r + tree.num_nodes], tree, seq.generator or self.generator)
                 accepted[i] = path
                 compact_accepted_path(self.cache, batch, i, chunk.start, path)
                 seq.num_computed += len(path)  # the accepted drafts' KV, written by verify, is kept
-                seq.num_draft_tokens += tree.num_drafts
+                seq.num_draft_tokens += (chunk.draft or ROOT_ONLY).num_drafts
                 seq.num_accepted_draft_tokens += len(path)
-                token_logprobs = [float(logprobs[r + node, t]) for node, t in zip([0] + path, tokens)]
-                outputs.append(self._append(seq, tokens, token_logprobs))
+                outputs.append(self._append(seq, tokens, logprobs[i]))
         self._draft(chunks, batch, out, accepted, completed=set(first_row))
         return outputs
+
+    @staticmethod
+    def _emitted_logprobs(processed: torch.Tensor, first_row: dict[int, int],
+                          decided: dict[int, tuple[list[int], list[int]]], wanted: bool) -> dict[int, list]:
+        """Each emitted token's log-probability under its node's target row, in one gather (None
+        for every token when no request asked for logprobs)."""
+        if not wanted:
+            return {i: [None] * len(tokens) for i, (_, tokens) in decided.items()}
+        at = [(first_row[i] + node, t) for i, (path, tokens) in decided.items() for node, t in zip([0] + path, tokens)]
+        rows = torch.tensor([r for r, _ in at], device=processed.device)
+        picked = processed[rows, torch.tensor([t for _, t in at], device=processed.device)]
+        values = iter((picked - processed[rows].logsumexp(dim=-1)).tolist())
+        return {i: [next(values) for _ in tokens] for i, (_, tokens) in decided.items()}
 
     def _draft(self, chunks: list[ScheduledChunk], batch: ForwardBatch, out: ForwardOutput,
                accepted: dict[int, list[int]], completed: set[int]) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dsa_backend.sampling_params import SamplingParams
-from dsa_backend.spec.acceptance import accept_tree
+from dsa_backend.spec.acceptance import accept_greedy, accept_tree
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.tree import DraftTree, best_first_tree
 from test_engine import run_all
@@ -140,6 +140,15 @@ def test_greedy_target_walks_the_tree_along_its_argmax():
     assert accept_tree(one_hot, tree, None) == ([2, 4, 5], [3, 2, 4, 6])
     one_hot[0] = torch.eye(8)[5]                         # no child of the root matches
     assert accept_tree(one_hot, tree, None) == ([], [5])
+
+
+def test_host_greedy_acceptance_equals_the_rule_on_one_hot_rows():
+    # the engine's greedy fast path, against accept_tree on every argmax assignment of a tree
+    tree = DraftTree((7, 3, 1, 2, 4), (0, 0, 2, 2, 4))
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        argmax = torch.randint(0, 8, (tree.num_nodes,), generator=gen).tolist()
+        assert accept_greedy(argmax, tree) == accept_tree(torch.eye(8)[argmax], tree, gen)
 
 
 def test_best_first_selection_keeps_the_highest_scoring_connected_nodes():

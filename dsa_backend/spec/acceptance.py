@@ -14,7 +14,25 @@ from __future__ import annotations
 
 import torch
 
+from collections.abc import Sequence
+
 from dsa_backend.spec.tree import DraftTree
+
+
+def accept_greedy(argmax: Sequence[int], tree: DraftTree) -> tuple[list[int], list[int]]:
+    """accept_tree for a greedy request, from each node's target argmax already on the host.
+
+    A greedy target row is one-hot at its argmax, so the rule follows the child holding that token
+    (child tokens are distinct) and emits the argmax where none does: the same result as
+    accept_tree on one-hot rows, without a device round trip per child.
+    """
+    node, path = 0, []
+    while True:
+        child = next((c for c in tree.children[node] if tree.token(c) == argmax[node]), None)
+        if child is None:
+            return path, [tree.token(a) for a in path] + [argmax[node]]
+        path.append(child)
+        node = child
 
 
 def accept_tree(probs: torch.Tensor, tree: DraftTree,
