@@ -30,6 +30,8 @@ for stage in "$@"; do
         --backends kernel --batch-invariant --json "$OUT/bench_engine_batch_invariant.json" 2>&1 | tail -3 ;;
     spec)
       timeout 420 python3 benchmarks/bench_spec.py --out "$OUT/spec" --train-steps 300 2>&1 | tail -16 ;;
+    indexer-sweep)
+      timeout 300 python3 benchmarks/sweep_indexer.py --json "$OUT/sweep_indexer.json" 2>&1 | tail -8 ;;
     mla-sweep)
       timeout 300 python3 benchmarks/sweep_sparse_mla.py --json "$OUT/sweep_sparse_mla.json" 2>&1 | tail -12 ;;
     topk)

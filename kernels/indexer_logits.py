@@ -85,12 +85,15 @@ def _check_q(q_fp8: torch.Tensor, weights: torch.Tensor) -> None:
 def paged_config(batch: int, max_context_len: int, next_n: int, num_sms: int = 132) -> dict:
     """Tile shape for the paged kernel: 64-key tiles, enough key chunks to give every SM work.
 
-    Chosen from the H200 sweep in docs/PERFORMANCE.md (2026-11-22): 64-key tiles with 4 warps won
-    for next_n 1 and 2, 8 warps for next_n 4; 128-key tiles were 10-25% slower."""
-    keys_per_prog = 1024
+    From the H200 sweeps in docs/PERFORMANCE.md (CUDA-graph times, 2026-11-22): 64-key tiles on 4
+    warps for next_n 1 and 2 with two pipeline stages, 8 warps and three stages for next_n 4;
+    shorter key chunks for next_n 1 (512 keys: 15% faster at batch 32 / 32K than 1024), longer for
+    next_n 4; 128-key tiles were 10-25% slower."""
+    keys_per_prog = {1: 512, 2: 1024}.get(next_n, 2048)
     while keys_per_prog > 128 and batch * triton.cdiv(max_context_len, keys_per_prog) < 4 * num_sms:
         keys_per_prog //= 2
-    return dict(BLOCK_K=64, KEYS_PER_PROG=keys_per_prog, num_warps=8 if next_n > 2 else 4, num_stages=3)
+    wide = next_n > 2
+    return dict(BLOCK_K=64, KEYS_PER_PROG=keys_per_prog, num_warps=8 if wide else 4, num_stages=3 if wide else 2)
 
 
 def paged_indexer_logits(
