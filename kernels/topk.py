@@ -52,7 +52,10 @@ def topk_config(rows: int, width: int, k: int, num_sms: int) -> TopkConfig:
     while block > 1024 and rows * triton.cdiv(width, block) < 2 * num_sms:
         block //= 2
     # 1.3-1.7 k candidates are typical at 32K-128K keys (the sample's margin); 4 k leaves room.
-    return TopkConfig(block=block, sample=4096, cap=max(4 * k, 4096), select_block=4096)
+    # Past 64K keys a 4096-key sample lets ~1% of rows pass 4096 candidates, the select block,
+    # and the slowest row sets the kernel's time: with many rows, sample twice as many keys.
+    sample = 8192 if width > 65536 and rows >= 16 else 4096
+    return TopkConfig(block=block, sample=sample, cap=max(4 * k, 4096), select_block=4096)
 
 
 @functools.cache

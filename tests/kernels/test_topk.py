@@ -103,6 +103,12 @@ def test_default_tiling_shrinks_blocks_only_while_the_grid_is_small(rows, width,
     assert cfg.block == block and cfg.cap >= 2 * 2048
 
 
+def test_many_long_rows_sample_more_keys():
+    assert topk.topk_config(32, 131072, 2048, 132).sample == 8192
+    assert topk.topk_config(1, 131072, 2048, 132).sample == 4096  # one rare slow row costs less than the sample
+    assert topk.topk_config(128, 32768, 2048, 132).sample == 4096
+
+
 @pytest.mark.gpu
 def test_realistic_rows_match_the_reference_on_cuda():
     # batch 4 at 128K keys, k 2048: bf16-rounded randn (ties), a massive-tie row (whole-row
