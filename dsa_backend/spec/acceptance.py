@@ -12,9 +12,9 @@ have a one-hot p, which makes this "follow the child that equals the target's ar
 
 from __future__ import annotations
 
-import torch
-
 from collections.abc import Sequence
+
+import torch
 
 from dsa_backend.spec.tree import DraftTree
 
