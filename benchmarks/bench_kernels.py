@@ -413,7 +413,7 @@ def decode():
                 tag = dict(fp8=fp8, heads=heads, batch=batch)
                 sweep = batch == 128 and not OPT.smoke
                 base = sparse_mla.mla_config(batch, heads, K, NUM_SMS)
-                cfgs = [dict(base, **c) for c in MLA_CONFIGS] if sweep else [base]
+                cfgs = [base] + ([dict(base, **c) for c in MLA_CONFIGS] if sweep else [])
                 times = []
                 for cfg in cfgs:
                     if heads % cfg["BLOCK_H"]:

@@ -1,12 +1,15 @@
 """Sparse MLA attention in Triton: absorbed q [N, H, 576] over the top-k rows of the latent cache.
 
 One kernel serves decode (paged pool, bf16 [S, 576] or FP8 [S, 656]) and prefill (a bf16
-[Nk, 576] buffer is just a pool): rows are gathered by index, -1 (or >= S) is skipped. The
-latent is handled as four 128-wide tiles so an FP8 row needs no dequantized copy: its tile scale
-multiplies the [heads, keys] scores (QK) and the probabilities (PV) instead of the values.
-When N * H / BLOCK_H programs cannot fill the GPU, the top-k range is split across programs
-and a second small kernel merges the partial results by their log-sum-exp (split-K, as FlashMLA
-does: one extra launch).
+[Nk, 576] buffer is just a pool): rows are gathered by index, -1 (or >= S) is skipped. Each key
+tile is one [keys, 512] latent block plus its 64 rope dims: QK is one 512-deep product plus the
+rope product, PV one [heads, keys] x [keys, 512] product into a [heads, 512] accumulator that
+the two warpgroups split by columns. An FP8 row is dequantized to bf16 with its four tile scales
+on load, as FlashMLA does (the earlier form kept four 128-wide tiles and scaled scores and
+probabilities instead: exact in float32, but it spilled and ran at 0.30x FlashMLA at batch 128
+against 0.48x for this one; docs/PERFORMANCE.md). When N * H / BLOCK_H programs cannot fill the
+GPU, the top-k range is split across programs and a second small kernel merges the partial
+results by their log-sum-exp (split-K, as FlashMLA does: one extra launch).
 """
 
 from __future__ import annotations
@@ -26,20 +29,18 @@ _MERGE_D = 128  # value columns per merge program
 
 
 @triton.jit
-def _latent_tile(kv_ptr, kv_f32_ptr, row, ok, T: tl.constexpr, FP8: tl.constexpr):
-    """Latent columns [128 T, 128 T + 128) of the gathered rows as bf16, and their FP8 tile scale.
-
-    FP8 row bytes: 512 e4m3 | 4 fp32 tile scales | 64 bf16 rope. The bf16 pool has no scale.
-    """
-    k = tl.load(kv_ptr + row[:, None] + T * 128 + tl.arange(0, 128)[None, :], mask=ok[:, None], other=0.0)
-    scale = ok.to(tl.float32)
+def _latent_rows(kv_ptr, kv_f32_ptr, row, ok, FP8: tl.constexpr):
+    """The gathered rows' 512 latent dims as bf16; FP8 bytes: 512 e4m3 | 4 fp32 tile scales | 64 bf16 rope."""
+    k = tl.load(kv_ptr + row[:, None] + tl.arange(0, 512)[None, :], mask=ok[:, None], other=0.0)
     if FP8:
-        scale = tl.load(kv_f32_ptr + row // 4 + 128 + T, mask=ok, other=0.0)
-    return k.to(tl.bfloat16), scale
+        scale = tl.load(kv_f32_ptr + row[:, None] // 4 + 128 + tl.arange(0, 4)[None, :], mask=ok[:, None], other=0.0)
+        rows: tl.constexpr = k.shape[0]
+        k = tl.reshape(tl.reshape(k.to(tl.float32), (rows, 4, 128)) * scale[:, :, None], (rows, 512))
+    return k.to(tl.bfloat16)
 
 
 @triton.jit
-def _rope_tile(kv_ptr, kv_bf16_ptr, row, ok, FP8: tl.constexpr):
+def _rope_rows(kv_ptr, kv_bf16_ptr, row, ok, FP8: tl.constexpr):
     """The gathered rows' 64 bf16 rope dims."""
     dr = tl.arange(0, 64)
     if FP8:
@@ -47,20 +48,6 @@ def _rope_tile(kv_ptr, kv_bf16_ptr, row, ok, FP8: tl.constexpr):
     else:
         rope = tl.load(kv_ptr + row[:, None] + 512 + dr[None, :], mask=ok[:, None], other=0.0)
     return rope
-
-
-@triton.jit
-def _scaled(x, scale, FP8: tl.constexpr):
-    """[heads, keys] scores or probabilities times each key's FP8 tile scale, instead of dequantizing."""
-    if FP8:
-        x = x * scale[None, :]
-    return x
-
-
-@triton.jit
-def _pv_tile(acc, alpha, p, k, scale, FP8: tl.constexpr, UPCAST: tl.constexpr):
-    """acc [heads, 128] rescaled by alpha, plus p @ one latent tile (p carries the FP8 tile scale)."""
-    return acc * alpha[:, None] + dot(_scaled(p, scale, FP8).to(tl.bfloat16), k, UPCAST)
 
 
 @triton.jit
@@ -76,64 +63,40 @@ def _sparse_mla_kernel(
     h = (pid % (H // BLOCK_H)) * BLOCK_H + tl.arange(0, BLOCK_H)
     split = pid // (H // BLOCK_H) % num_splits
     n = pid // (H // BLOCK_H) // num_splits
-    d = tl.arange(0, 128)
-    dr = tl.arange(0, 64)
+    d = tl.arange(0, 512)
     q_row = q_ptr + n.to(tl.int64) * stride_qn + h[:, None] * stride_qh
-    q0 = tl.load(q_row + d[None, :])
-    q1 = tl.load(q_row + 128 + d[None, :])
-    q2 = tl.load(q_row + 256 + d[None, :])
-    q3 = tl.load(q_row + 384 + d[None, :])
-    qr = tl.load(q_row + 512 + dr[None, :])
+    q = tl.load(q_row + d[None, :])
+    q_rope = tl.load(q_row + 512 + tl.arange(0, 64)[None, :])
     m_i = tl.full((BLOCK_H,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_H,), tl.float32)
-    acc0 = tl.zeros((BLOCK_H, 128), tl.float32)
-    acc1 = tl.zeros((BLOCK_H, 128), tl.float32)
-    acc2 = tl.zeros((BLOCK_H, 128), tl.float32)
-    acc3 = tl.zeros((BLOCK_H, 128), tl.float32)
+    acc = tl.zeros((BLOCK_H, 512), tl.float32)
     lo = split * keys_per_split
     for j0 in range(lo, tl.minimum(lo + keys_per_split, topk), BLOCK_N):  # a split past topk does nothing
         j = j0 + tl.arange(0, BLOCK_N)
         idx = tl.load(idx_ptr + n.to(tl.int64) * stride_idx + j, mask=j < topk, other=-1)
         ok = (idx >= 0) & (idx < num_slots)
         row = tl.where(ok, idx, 0).to(tl.int64) * stride_kv
-        # every load of the tile is issued before the first dot, so their latencies overlap
-        kr = _rope_tile(kv_ptr, kv_bf16_ptr, row, ok, FP8)
-        k0, s0 = _latent_tile(kv_ptr, kv_f32_ptr, row, ok, 0, FP8)
-        k1, s1 = _latent_tile(kv_ptr, kv_f32_ptr, row, ok, 1, FP8)
-        k2, s2 = _latent_tile(kv_ptr, kv_f32_ptr, row, ok, 2, FP8)
-        k3, s3 = _latent_tile(kv_ptr, kv_f32_ptr, row, ok, 3, FP8)
-        qk = dot(qr, tl.trans(kr), UPCAST)
-        qk += _scaled(dot(q0, tl.trans(k0), UPCAST), s0, FP8)
-        qk += _scaled(dot(q1, tl.trans(k1), UPCAST), s1, FP8)
-        qk += _scaled(dot(q2, tl.trans(k2), UPCAST), s2, FP8)
-        qk += _scaled(dot(q3, tl.trans(k3), UPCAST), s3, FP8)
-        qk = tl.where(ok[None, :], qk * scale_log2, float("-inf"))
+        k = _latent_rows(kv_ptr, kv_f32_ptr, row, ok, FP8)
+        k_rope = _rope_rows(kv_ptr, kv_bf16_ptr, row, ok, FP8)
+        qk = (dot(q, tl.trans(k), UPCAST) + dot(q_rope, tl.trans(k_rope), UPCAST)) * scale_log2
+        qk = tl.where(ok[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, axis=1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing valid yet
         alpha = tl.exp2(m_i - m_use)
         p = tl.exp2(qk - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         m_i = m_new
-        acc0 = _pv_tile(acc0, alpha, p, k0, s0, FP8, UPCAST)
-        acc1 = _pv_tile(acc1, alpha, p, k1, s1, FP8, UPCAST)
-        acc2 = _pv_tile(acc2, alpha, p, k2, s2, FP8, UPCAST)
-        acc3 = _pv_tile(acc3, alpha, p, k3, s3, FP8, UPCAST)
+        acc = acc * alpha[:, None] + dot(p.to(tl.bfloat16), k, UPCAST)
     has = l_i > 0
     l_safe = tl.where(has, l_i, 1.0)
     inv = tl.where(has, 1.0 / l_safe, 0.0)
     lse = tl.where(has, m_i + tl.log2(l_safe), float("-inf"))  # base 2
     o_row = ((n * num_splits + split) * H + h).to(tl.int64)[:, None] * 512 + d[None, :]
     if PARTIAL:  # float32 partials and base-2 lse for _merge_splits_kernel
-        tl.store(out_ptr + o_row, acc0 * inv[:, None])
-        tl.store(out_ptr + o_row + 128, acc1 * inv[:, None])
-        tl.store(out_ptr + o_row + 256, acc2 * inv[:, None])
-        tl.store(out_ptr + o_row + 384, acc3 * inv[:, None])
+        tl.store(out_ptr + o_row, acc * inv[:, None])
         tl.store(lse_ptr + (n * num_splits + split) * H + h, lse)
     else:  # final bf16 output, rounded to nearest even on the CPU as on the GPU
-        tl.store(out_ptr + o_row, _to_bf16(acc0 * inv[:, None]))
-        tl.store(out_ptr + o_row + 128, _to_bf16(acc1 * inv[:, None]))
-        tl.store(out_ptr + o_row + 256, _to_bf16(acc2 * inv[:, None]))
-        tl.store(out_ptr + o_row + 384, _to_bf16(acc3 * inv[:, None]))
+        tl.store(out_ptr + o_row, _to_bf16(acc * inv[:, None]))
         tl.store(lse_ptr + n * H + h, lse * _LN2)
 
 
@@ -169,20 +132,17 @@ def _merge_splits_kernel(
 def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     """Tile shape and top-k split count for N query rows of `heads` heads.
 
-    From the H200 sweep (docs/PERFORMANCE.md): 64-head, 64-key tiles on 8 warps everywhere.
-    Prefill-sized grids (keys from L2) run one stage; decode grids that cover the SMs run three;
-    smaller grids split top-k into at most one wave of programs, down to 64 keys per split, and
-    run two stages (the merge is one small extra launch).
+    From the H200 runs in docs/PERFORMANCE.md: 64-head, 64-key tiles on 8 warps with two pipeline
+    stages (three and one stage were slower for decode and prefill alike). Grids that cannot fill
+    the SMs split top-k into at most one wave of programs, down to 64 keys per split (the merge is
+    one small extra launch).
     """
     block_h = 64 if heads % 64 == 0 else 16
     programs = n * (heads // block_h)
-    if programs >= 16 * num_sms:
-        return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=1, num_warps=8, num_stages=1)
     split = 1
     while programs * split * 2 <= num_sms and topk // (split * 2) >= 64:
         split *= 2
-    return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, num_warps=8, num_stages=2 if split > 1 else 3)
-
+    return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, num_warps=8, num_stages=2)
 
 def sparse_mla(
     q: torch.Tensor, kv_pool: torch.Tensor, indices: torch.Tensor, sm_scale: float,

@@ -1,4 +1,8 @@
-"""Sparse MLA matches the float32 reference over bf16 and FP8 pools, with split-K and -1 entries."""
+"""Sparse MLA matches the float32 reference over bf16 and FP8 pools, with split-K and -1 entries.
+
+The kernel rounds FP8 rows to bf16 after applying their tile scales (as FlashMLA does), so over an
+FP8 pool scores carry bf16 rounding of K and lse gets a looser bound than over a bf16 pool.
+"""
 
 import pytest
 import torch
@@ -38,7 +42,7 @@ def _check(fp8, config):
     assert relative_error(out.float(), want) < (1e-2 if fp8 else 5e-3)
     assert torch.equal(torch.isinf(lse), torch.isinf(want_lse))
     finite = torch.isfinite(want_lse)
-    assert (lse[finite] - want_lse[finite]).abs().max() < 1e-3
+    assert (lse[finite] - want_lse[finite]).abs().max() < (3e-2 if fp8 else 1e-3)
     assert out[1].abs().max() == 0
 
 
