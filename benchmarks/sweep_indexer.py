@@ -3,7 +3,7 @@
     source .device/setup.sh && python3 benchmarks/sweep_indexer.py [--json F]
 
 For batch 32 and 128 at 32K keys and next_n 1 / 2 / 4 it times key chunk per program, warps and
-pipeline stages of dsa_kernels.indexer_logits' paged kernel, checks the fastest against the
+pipeline stages and key loads (gathered or TMA) of dsa_kernels.indexer_logits' paged kernel, checks the fastest against the
 default config's output, and prints it next to DeepGEMM's fp8_paged_mqa_logits and the default.
 """
 
@@ -46,8 +46,8 @@ def main() -> None:
         default = indexer_logits.paged_config(batch, CTX, next_n, sms)
         want = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, CTX, next_n, clean_logits=False)
         timed = []
-        for kpp, warps, stages in itertools.product((512, 1024, 2048), (4, 8), (2, 3, 4)):
-            cfg = dict(BLOCK_K=64, KEYS_PER_PROG=kpp, num_warps=warps, num_stages=stages)
+        for kpp, warps, stages, tma in itertools.product((512, 1024, 2048), (4, 8), (2, 3, 4), (False, True)):
+            cfg = dict(BLOCK_K=64, KEYS_PER_PROG=kpp, num_warps=warps, num_stages=stages, TMA=tma)
             fn = lambda: indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, CTX, next_n,  # noqa: E731
                                                              clean_logits=False, config=cfg)
             try:

@@ -5,7 +5,9 @@ score[i, t] = k_scale[t] * sum_h w[i, h] * relu(q[i, h] . k[t])  (convention: ke
 The paged kernel walks each request's pages once for all of its next_n query tokens: one
 program holds the request's [next_n * 64, 128] e4m3 queries and multiplies them with every key
 tile it loads, so next_n = 2 or 4 adds matrix work, not key-cache traffic (the pass SGLang had to
-revert did this through DeepGEMM; here each token keeps its own causal length).
+revert did this through DeepGEMM; here each token keeps its own causal length). Key tiles come
+either as two TMA bulk copies (a tile inside one page: the memory-bound next_n = 1 case) or as
+loads gathered through the block table key by key (paged_config says which; docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from dsa_backend.cache.layout import INDEX_FP8_BYTES, INDEX_HEAD_DIM
 
@@ -31,10 +35,30 @@ def _scores_tile(q, w, k, k_scale, ROWS_Q: tl.constexpr, H: tl.constexpr, BLOCK_
 
 
 @triton.jit
+def _key_tile(keys, scales, bt_row, first, req_len, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_K: tl.constexpr,
+              TMA: tl.constexpr):
+    """Keys [BLOCK_K, D] e4m3 from position `first` on, and their scales; past req_len: zeros or
+    stale values, which the caller masks."""
+    if TMA:  # the tile lies inside one page: one lookup, two bulk copies
+        page = tl.load(bt_row + first // PAGE, mask=first < req_len, other=0)
+        k = keys.load([page, first % PAGE, 0]).reshape(BLOCK_K, D)
+        k_scale = scales.load([page, first % PAGE]).reshape(BLOCK_K)
+    else:  # one block-table lookup per key
+        pos = first + tl.arange(0, BLOCK_K)
+        live = pos < req_len
+        page = tl.load(bt_row + pos // PAGE, mask=live, other=0).to(tl.int64)
+        base = page * (PAGE * (D + 4))
+        off = pos % PAGE
+        k = tl.load(keys + (base + off * D)[:, None] + tl.arange(0, D)[None, :], mask=live[:, None], other=0.0)
+        k_scale = tl.load(scales + (base + PAGE * D) // 4 + off, mask=live, other=0.0)
+    return k, k_scale
+
+
+@triton.jit
 def _paged_logits_kernel(
-    q_ptr, w_ptr, kv_ptr, kscale_ptr, bt_ptr, stride_bt, lens_ptr, out_ptr, stride_out, max_len,
+    q_ptr, w_ptr, keys, scales, bt_ptr, stride_bt, lens_ptr, out_ptr, stride_out, max_len,
     NEXT_N: tl.constexpr, NP: tl.constexpr, H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_K: tl.constexpr, KEYS_PER_PROG: tl.constexpr, CLEAN: tl.constexpr,
+    BLOCK_K: tl.constexpr, KEYS_PER_PROG: tl.constexpr, CLEAN: tl.constexpr, TMA: tl.constexpr,
 ):
     # NP = next_n rounded up to a power of two (Triton tile sizes); padded tokens are masked off
     req = tl.program_id(0)
@@ -52,15 +76,10 @@ def _paged_logits_kernel(
         d = tl.arange(0, D)
         q = tl.load(q_ptr + rows[:, None] * D + d[None, :], mask=row_ok[:, None], other=0.0)
         w = tl.load(w_ptr + rows, mask=row_ok, other=0.0)
-        page_bytes = PAGE * (D + 4)
+        bt_row = bt_ptr + req.to(tl.int64) * stride_bt
         for k0 in range(0, KEYS_PER_PROG, BLOCK_K):
             pos = start + k0 + tl.arange(0, BLOCK_K)
-            live = pos < req_len
-            page = tl.load(bt_ptr + req.to(tl.int64) * stride_bt + pos // PAGE, mask=live, other=0).to(tl.int64)
-            base = page * page_bytes
-            off = pos % PAGE
-            k = tl.load(kv_ptr + (base + off * D)[:, None] + d[None, :], mask=live[:, None], other=0.0)
-            k_scale = tl.load(kscale_ptr + (base + PAGE * D) // 4 + off, mask=live, other=0.0)
+            k, k_scale = _key_tile(keys, scales, bt_row, start + k0, req_len, D, PAGE, BLOCK_K, TMA)
             s = tl.trans(_scores_tile(q, w, k, k_scale, NP, H, BLOCK_K))
             s = tl.where(pos[None, :] < lens[:, None], s, float("-inf"))
             if CLEAN:
@@ -82,18 +101,34 @@ def _check_q(q_fp8: torch.Tensor, weights: torch.Tensor) -> None:
         raise ValueError(f"weights must be float32 {tuple(q_fp8.shape[:2])}, got {weights.dtype} {tuple(weights.shape)}")
 
 
-def paged_config(batch: int, max_context_len: int, next_n: int, num_sms: int = 132) -> dict:
-    """Tile shape for the paged kernel: 64-key tiles, enough key chunks to give every SM work.
+def paged_config(batch: int, max_context_len: int, next_n: int, num_sms: int = 132, page_size: int = 64) -> dict:
+    """Tile shape for the paged kernel: 64-key tiles, in key chunks that give every SM work.
 
-    From the H200 sweeps in docs/PERFORMANCE.md (CUDA-graph times, 2026-11-22): 64-key tiles on 4
-    warps for next_n 1 and 2 with two pipeline stages, 8 warps and three stages for next_n 4;
-    shorter key chunks for next_n 1 (512 keys: 15% faster at batch 32 / 32K than 1024), longer for
-    next_n 4; 128-key tiles were 10-25% slower."""
-    keys_per_prog = {1: 512, 2: 1024}.get(next_n, 2048)
-    while keys_per_prog > 128 and batch * triton.cdiv(max_context_len, keys_per_prog) < 4 * num_sms:
+    From the H200 sweeps in docs/PERFORMANCE.md (CUDA-graph times, 2026-11-22): next_n 1 is
+    memory-bound and loads its tiles by TMA when pages hold whole tiles (6-7% faster than gathered
+    loads at batch 32 / 128, 32K keys; gathered, 512-key chunks were best); next_n 2 and 4 gather
+    (TMA was 15-25% slower there) in 2048-key chunks, with two stages and 4 warps at next_n 2,
+    three stages and 8 warps at next_n 4. Chunks shrink until there are 4 programs per SM at
+    next_n 1, 2 above it; 128-key tiles were 10-25% slower."""
+    tma = next_n == 1 and page_size % 64 == 0
+    keys_per_prog = 512 if next_n == 1 and not tma else 2048
+    programs = (4 if next_n == 1 else 2) * num_sms
+    while keys_per_prog > 128 and batch * triton.cdiv(max_context_len, keys_per_prog) < programs:
         keys_per_prog //= 2
     wide = next_n > 2
-    return dict(BLOCK_K=64, KEYS_PER_PROG=keys_per_prog, num_warps=8 if wide else 4, num_stages=3 if wide else 2)
+    return dict(BLOCK_K=64, KEYS_PER_PROG=keys_per_prog, num_warps=8 if wide else 4, num_stages=3 if wide else 2,
+                TMA=tma)
+
+
+def _key_sources(index_pool: torch.Tensor, page_size: int, block_k: int, tma: bool) -> tuple:
+    """What _key_tile reads: TMA descriptors of the pool's key and scale parts, or typed views."""
+    if not tma:
+        return index_pool.view(torch.float8_e4m3fn), index_pool.view(torch.float32)
+    keys = TensorDescriptor(index_pool.view(torch.float8_e4m3fn), shape=[index_pool.shape[0], page_size, INDEX_HEAD_DIM],
+                            strides=[page_size * INDEX_FP8_BYTES, INDEX_HEAD_DIM, 1], block_shape=[1, block_k, INDEX_HEAD_DIM])
+    scales = TensorDescriptor.from_tensor(index_pool.view(torch.float32)[:, page_size * INDEX_HEAD_DIM // 4:],
+                                          block_shape=[1, block_k])
+    return keys, scales
 
 
 def paged_indexer_logits(
@@ -124,11 +159,14 @@ def paged_indexer_logits(
     out = torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
     if n == 0 or max_context_len == 0:
         return out
-    cfg = dict(config or paged_config(batch, max_context_len, next_n))
+    cfg = dict(config or paged_config(batch, max_context_len, next_n, page_size=page_size))
+    cfg.setdefault("TMA", False)
+    if cfg["TMA"] and page_size % cfg["BLOCK_K"]:
+        raise ValueError(f"TMA key tiles must lie inside a page: BLOCK_K {cfg['BLOCK_K']}, page_size {page_size}")
     grid = (batch, triton.cdiv(max_context_len, cfg["KEYS_PER_PROG"]))
     _paged_logits_kernel[grid](
-        q_fp8.contiguous(), weights.contiguous(), index_pool.view(torch.float8_e4m3fn),
-        index_pool.view(torch.float32), block_table, block_table.stride(0), lens.to(torch.int32),
+        q_fp8.contiguous(), weights.contiguous(), *_key_sources(index_pool, page_size, cfg["BLOCK_K"], cfg["TMA"]),
+        block_table, block_table.stride(0), lens.to(torch.int32),
         out, out.stride(0), max_context_len,
         NEXT_N=next_n, NP=triton.next_power_of_2(next_n), H=heads, D=INDEX_HEAD_DIM, PAGE=page_size, CLEAN=clean_logits, **cfg,
     )

@@ -29,11 +29,25 @@ def _assert_close(out, want):
     assert (out[finite] - want[finite]).abs().max() <= 1e-5 * want[finite].abs().max()
 
 
+@pytest.mark.parametrize("tma", [False, True], ids=["gathered", "tma"])
 @pytest.mark.parametrize("next_n", [1, 2, 3, 4])
-def test_paged_logits_match_reference_for_every_next_n(next_n):
+def test_paged_logits_match_reference_for_every_next_n(next_n, tma):
     q, w, pool, table, lens = _paged_inputs([37, 70, 5], next_n)
-    out = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, 96, next_n, config=SMALL_TILES)
+    out = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, 96, next_n, config=dict(SMALL_TILES, TMA=tma))
     _assert_close(out, reference.paged_indexer_logits_ref(q, w, pool, table, lens, PAGE, 96, next_n))
+
+
+def test_tma_tiles_must_lie_inside_a_page():
+    q, w, pool, table, lens = _paged_inputs([20, 33], 1)
+    with pytest.raises(ValueError, match="inside a page"):
+        indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, 40, 1,
+                                            config=dict(SMALL_TILES, BLOCK_K=32, TMA=True))
+
+
+def test_default_config_uses_tma_only_for_next_n_1_on_pages_of_whole_tiles():
+    assert indexer_logits.paged_config(128, 32768, 1, page_size=64)["TMA"]
+    assert not indexer_logits.paged_config(128, 32768, 1, page_size=16)["TMA"]
+    assert not indexer_logits.paged_config(128, 32768, 2, page_size=64)["TMA"]
 
 
 def test_paged_logits_accept_a_per_token_block_table_and_2d_lengths():
@@ -46,7 +60,7 @@ def test_paged_logits_accept_a_per_token_block_table_and_2d_lengths():
 def test_paged_logits_without_cleaning_write_every_visible_column():
     q, w, pool, table, lens = _paged_inputs([0, 1, 17], 1)
     out = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, 64, 1, clean_logits=False,
-                                              config=SMALL_TILES)
+                                              config=dict(SMALL_TILES, TMA=True))
     want = reference.paged_indexer_logits_ref(q, w, pool, table, lens, PAGE, 64, 1)
     for i, n in enumerate(lens.tolist()):
         assert torch.allclose(out[i, :n], want[i, :n], rtol=1e-5, atol=1e-5)
@@ -70,3 +84,27 @@ def test_paged_logits_reject_lengths_that_are_not_one_per_token():
     q, w, pool, table, lens = _paged_inputs([20, 33], 2)
     with pytest.raises(ValueError, match="one length per query token"):
         indexer_logits.paged_indexer_logits(q, w, pool, table, lens[::2], PAGE, 40, 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("next_n", [1, 2, 4])
+@pytest.mark.parametrize("tma", [False, True], ids=["gathered", "tma"])
+def test_compiled_paged_kernel_matches_the_reference_on_cuda(next_n, tma):
+    # DeepSeek shapes (64 heads, 64-key pages); lengths off every tile, chunk and page boundary
+    page, heads, max_len = 64, 64, 5000
+    seq = torch.tensor([4999, 1, 3001, 64, 2100])
+    pages = len(seq) * 80
+    pool = torch.zeros(pages, page * 132, dtype=torch.uint8, device="cuda")
+    cache_store.store_index_keys(pool, torch.randn(pages * page, 128, device="cuda"),
+                                 torch.arange(pages * page, device="cuda"), page)
+    table = torch.randperm(pages, device="cuda")[: len(seq) * 79].view(len(seq), 79).int()
+    lens = torch.stack([(seq - next_n + j + 1).clamp_min(0) for j in range(next_n)], 1).reshape(-1).int().cuda()
+    q = (torch.randn(len(seq) * next_n, heads, 128, device="cuda") * 2).to(torch.float8_e4m3fn)
+    w = torch.randn(len(seq) * next_n, heads, device="cuda")
+    cfg = dict(indexer_logits.paged_config(len(seq), max_len, next_n, page_size=page), TMA=tma)
+    out = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, page, max_len, next_n, config=cfg)
+    want = reference.paged_indexer_logits_ref(q, w, pool, table, lens, page, max_len, next_n)
+    finite = torch.isfinite(want)
+    assert torch.equal(finite, torch.isfinite(out))
+    # Hopper's fp8 MMA accumulates with reduced precision (DeepGEMM's own test allows 1e-3)
+    assert (out[finite] - want[finite]).abs().max() <= 1e-3 * want[finite].abs().max()
