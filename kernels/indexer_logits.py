@@ -124,8 +124,11 @@ def _key_sources(index_pool: torch.Tensor, page_size: int, block_k: int, tma: bo
     """What _key_tile reads: TMA descriptors of the pool's key and scale parts, or typed views."""
     if not tma:
         return index_pool.view(torch.float8_e4m3fn), index_pool.view(torch.float32)
-    keys = TensorDescriptor(index_pool.view(torch.float8_e4m3fn), shape=[index_pool.shape[0], page_size, INDEX_HEAD_DIM],
-                            strides=[page_size * INDEX_FP8_BYTES, INDEX_HEAD_DIM, 1], block_shape=[1, block_k, INDEX_HEAD_DIM])
+    # a page is page_size keys of 128 B, then their fp32 scales: keys as [pages, page_size, 128]
+    keys = TensorDescriptor(index_pool.view(torch.float8_e4m3fn),
+                            shape=[index_pool.shape[0], page_size, INDEX_HEAD_DIM],
+                            strides=[page_size * INDEX_FP8_BYTES, INDEX_HEAD_DIM, 1],
+                            block_shape=[1, block_k, INDEX_HEAD_DIM])
     scales = TensorDescriptor.from_tensor(index_pool.view(torch.float32)[:, page_size * INDEX_HEAD_DIM // 4:],
                                           block_shape=[1, block_k])
     return keys, scales
