@@ -3,13 +3,14 @@
 One kernel serves decode (paged pool, bf16 [S, 576] or FP8 [S, 656]) and prefill (a bf16
 [Nk, 576] buffer is just a pool): rows are gathered by index, -1 (or >= S) is skipped. Each key
 tile is one [keys, 512] latent block plus its 64 rope dims: QK is one 512-deep product plus the
-rope product, PV one [heads, keys] x [keys, 512] product into a [heads, 512] accumulator that
-the two warpgroups split by columns. An FP8 row is dequantized to bf16 with its four tile scales
-on load, as FlashMLA does (the earlier form kept four 128-wide tiles and scaled scores and
-probabilities instead: exact in float32, but it spilled and ran at 0.30x FlashMLA at batch 128
-against 0.48x for this one; docs/PERFORMANCE.md). When N * H / BLOCK_H programs cannot fill the
-GPU, the top-k range is split across programs and a second small kernel merges the partial
-results by their log-sum-exp (split-K, as FlashMLA does: one extra launch).
+rope product, split between the two warpgroups by keys; PV is one [heads, keys] x [keys, 512]
+product into a [heads, 512] accumulator that they split by columns. An FP8 row is dequantized to
+bf16 with its four tile scales on load, as FlashMLA does (the earlier form kept four 128-wide
+tiles and scaled scores and probabilities instead: exact in float32, but it spilled and ran at
+0.30x FlashMLA at batch 128 against 0.58x for this one; docs/PERFORMANCE.md). When N * H /
+BLOCK_H programs cannot fill the GPU, the top-k range is split across programs and a second small
+kernel merges the partial results by their log-sum-exp (split-K, as FlashMLA does: one extra
+launch).
 """
 
 from __future__ import annotations
@@ -78,15 +79,25 @@ def _sparse_mla_kernel(
         row = tl.where(ok, idx, 0).to(tl.int64) * stride_kv
         k = _latent_rows(kv_ptr, kv_f32_ptr, row, ok, FP8)
         k_rope = _rope_rows(kv_ptr, kv_bf16_ptr, row, ok, FP8)
-        qk = (dot(q, tl.trans(k), UPCAST) + dot(q_rope, tl.trans(k_rope), UPCAST)) * scale_log2
+        # Triton gives a product whose result reaches another product all 8 warps along its 64 rows,
+        # so both warpgroups would compute the same QK tile. The two QK products are scaled apart
+        # (added raw, one would become the other's accumulator) and the softmax sits in a branch
+        # that is always taken: the PV product then reads the branch's results, which the rule
+        # does not trace, and QK is split across the warpgroups by keys (no spills either).
+        qk = dot(q, tl.trans(k), UPCAST) * scale_log2 + dot(q_rope, tl.trans(k_rope), UPCAST) * scale_log2
         qk = tl.where(ok[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, axis=1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing valid yet
-        alpha = tl.exp2(m_i - m_use)
-        p = tl.exp2(qk - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if topk > 0:
+            alpha = tl.exp2(m_i - m_use)
+            p = tl.exp2(qk - m_use[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            p = p.to(tl.bfloat16)
+        else:
+            alpha = tl.zeros_like(m_i)
+            p = tl.zeros((BLOCK_H, BLOCK_N), tl.bfloat16)
         m_i = m_new
-        acc = acc * alpha[:, None] + dot(p.to(tl.bfloat16), k, UPCAST)
+        acc = acc * alpha[:, None] + dot(p, k, UPCAST)
     has = l_i > 0
     l_safe = tl.where(has, l_i, 1.0)
     inv = tl.where(has, 1.0 / l_safe, 0.0)
@@ -132,17 +143,17 @@ def _merge_splits_kernel(
 def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     """Tile shape and top-k split count for N query rows of `heads` heads.
 
-    From the H200 runs in docs/PERFORMANCE.md: 64-head, 64-key tiles on 8 warps with two pipeline
-    stages (three and one stage were slower for decode and prefill alike). Grids that cannot fill
-    the SMs split top-k into at most one wave of programs, down to 64 keys per split (the merge is
-    one small extra launch).
+    From the H200 runs in docs/PERFORMANCE.md: 64-head, 64-key tiles on 8 warps, one pipeline stage
+    (in CUDA graphs 2-10% faster than two or three for decode; two stages do not fit shared memory
+    for prefill). Grids that cannot fill the SMs split top-k into at most one wave of programs, down
+    to 64 keys per split (the merge is one small extra launch).
     """
     block_h = 64 if heads % 64 == 0 else 16
     programs = n * (heads // block_h)
     split = 1
     while programs * split * 2 <= num_sms and topk // (split * 2) >= 64:
         split *= 2
-    return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, num_warps=8, num_stages=2)
+    return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, num_warps=8, num_stages=1)
 
 def sparse_mla(
     q: torch.Tensor, kv_pool: torch.Tensor, indices: torch.Tensor, sm_scale: float,
