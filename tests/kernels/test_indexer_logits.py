@@ -108,3 +108,21 @@ def test_compiled_paged_kernel_matches_the_reference_on_cuda(next_n, tma):
     assert torch.equal(finite, torch.isfinite(out))
     # Hopper's fp8 MMA accumulates with reduced precision (DeepGEMM's own test allows 1e-3)
     assert (out[finite] - want[finite]).abs().max() <= 1e-3 * want[finite].abs().max()
+
+
+@pytest.mark.gpu
+def test_compiled_ragged_kernel_matches_the_reference_on_cuda():
+    # two prefill sequences back to back, causal inside each, with the default tiles
+    nq, nk = 301, 2500
+    q = (torch.randn(nq, 64, 128, device="cuda") * 2).to(torch.float8_e4m3fn)
+    w = torch.randn(nq, 64, device="cuda")
+    k = torch.randn(nk, 128, device="cuda").to(torch.float8_e4m3fn)
+    k_scale = torch.rand(nk, device="cuda")
+    first = torch.arange(nq, device="cuda") < 120
+    k_start = torch.where(first, 0, 1000).int()
+    k_end = torch.where(first, 880 + torch.arange(nq, device="cuda"), 2500 - 300 + torch.arange(nq, device="cuda")).int()
+    out = indexer_logits.ragged_indexer_logits(q, w, k, k_scale, k_start, k_end)
+    want = reference.ragged_indexer_logits_ref(q, w, k, k_scale, k_start, k_end)
+    finite = torch.isfinite(want)
+    assert torch.equal(finite, torch.isfinite(out))
+    assert (out[finite] - want[finite]).abs().max() <= 1e-3 * want[finite].abs().max()
