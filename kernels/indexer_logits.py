@@ -231,9 +231,9 @@ def ragged_indexer_logits(
     out = torch.empty(num_q, num_k, device=q_fp8.device, dtype=torch.float32)
     if num_q == 0 or num_k == 0:
         return out
-    # from the H200 sweep in docs/PERFORMANCE.md (4096 causal queries over 32K keys, CUDA graphs):
-    # four queries (a 256-wide MMA) per program and 1024-key chunks, 1.27x faster than two and 512
-    cfg = dict(config or dict(BLOCK_Q=4, BLOCK_K=64, KEYS_PER_PROG=1024, num_warps=8, num_stages=3))
+    # from the H200 sweeps in docs/PERFORMANCE.md (4096 causal queries over 32K keys, CUDA graphs):
+    # four queries (a 256-wide MMA) per program and 2048-key chunks, 1.31x faster than two and 512
+    cfg = dict(config or dict(BLOCK_Q=4, BLOCK_K=64, KEYS_PER_PROG=2048, num_warps=8, num_stages=3))
     grid = (triton.cdiv(num_q, cfg["BLOCK_Q"]), triton.cdiv(num_k, cfg["KEYS_PER_PROG"]))
     _ragged_logits_kernel[grid](
         q_fp8.contiguous(), weights.contiguous(), k_fp8.contiguous(), k_scale.float().contiguous(),
