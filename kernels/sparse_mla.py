@@ -155,6 +155,7 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
         split *= 2
     return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, num_warps=8, num_stages=1)
 
+
 def sparse_mla(
     q: torch.Tensor, kv_pool: torch.Tensor, indices: torch.Tensor, sm_scale: float,
     config: dict | None = None,
