@@ -1,25 +1,24 @@
 """Exact top-k over indexer logits with the paged or ragged transform fused in, in Triton.
 
-A row is cut into blocks of keys, one program per block (topk_config sizes them so that small
-batches still fill the GPU). Four launches, plus a memset of one counter per row:
+Three launches, the two row-wide passes on many small programs because they are latency-bound,
+not bandwidth-bound (topk_config sizes the key blocks so that small batches still fill the GPU):
 
 1. threshold, one program per row: from a strided sample of the row, the key t0 that the sample
-   ranks five standard deviations below the k-th (three radix steps in registers).
-2. candidates, rows x blocks: append the positions of the block whose key is >= t0 to the row's
-   candidate list through an atomic counter (list order is free).
-3. select, one program per row: exact radix select over the candidates (six 6-bit digits), then
-   the output slot where each block starts and how many threshold ties precede it. A row with
-   fewer than k candidates (the sample misled) or more than `cap` (e.g. massive ties) is searched
-   over its whole range instead: slower, still exact.
-4. write, rows x blocks: each block writes its selected positions in ascending order, transformed.
-
-The two row-wide passes run on many small programs because they are latency-bound, not
-bandwidth-bound: an H200 profile of the earlier two-programs-per-SM version spent 0.13 ms
-writing 64 MB of logits (batch 128, 128K keys).
+   ranks five standard deviations below the k-th (three radix steps in registers); it also zeroes
+   the row's candidate counter.
+2. candidates, rows x key blocks: append the positions of the block whose key is >= t0 to the
+   row's candidate list with one atomic per block, so each block's candidates form one run of the
+   list in position order (the runs themselves come in any order); record where the run starts.
+3. select and write, one program per row: exact radix select over the candidates (six 6-bit
+   digits), then every selected position goes straight to its output slot: the block's rank in
+   the row (counts per block) plus its rank within its run. A row with fewer than k candidates
+   (the sample misled) or more than `cap` (e.g. massive ties) is searched over its whole range
+   instead: slower, still exact.
 
 Keys are the float's ordered bit pattern, so the result equals kernels/reference.topk_positions_ref
-bit for bit: ties at the threshold go to the lowest positions, rows no longer than k return every
-position then -1. Scratch per row: `cap` int32 candidates, t0, and 2 * bins + 2 int32 of plan.
+bit for bit, in ascending position order whatever order the runs were listed in: ties at the
+threshold go to the lowest positions, rows no longer than k return every position then -1.
+Scratch per row: `cap` int32 candidates, the counter, t0, and one run start per key block.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ TRANSFORM_NONE, TRANSFORM_PAGED, TRANSFORM_RAGGED = 0, 1, 2
 
 @dataclass(frozen=True)
 class TopkConfig:
-    """block: keys per candidates/write program; sample: keys in the threshold sample; cap:
+    """block: keys per candidates program; sample: keys in the threshold sample; cap:
     candidates kept per row; select_block: candidates per step of the select loop."""
 
     block: int
@@ -44,11 +43,16 @@ class TopkConfig:
     cap: int
     select_block: int
 
+    def __post_init__(self):
+        if self.cap < self.select_block:  # the select reads a whole first block of the list
+            raise ValueError(f"cap ({self.cap}) must be at least select_block ({self.select_block})")
+
 
 def topk_config(rows: int, width: int, k: int, num_sms: int) -> TopkConfig:
-    """The one place tiling follows the shape: 4096-key blocks (one candidate-list atomic per
-    4096 keys), smaller ones while the grid would leave SMs idle."""
-    block = 4096
+    """The one place tiling follows the shape: 2048-key blocks, 1024 while the grid would leave SMs
+    idle (H200, docs/PERFORMANCE.md: 2048 beat 4096 by 3-11 us from batch 32 / 128K and batch 128
+    / 32K up, and tied 1024)."""
+    block = 2048
     while block > 1024 and rows * triton.cdiv(width, block) < 2 * num_sms:
         block //= 2
     # 1.3-1.7 k candidates are typical at 32K-128K keys (the sample's margin); 4 k leaves room.
@@ -103,14 +107,21 @@ def _digit_hist(key, live, prefix, STEP: tl.constexpr):
 
 
 @triton.jit
+def _add_and_max(count_a, max_a, count_b, max_b):
+    return count_a + count_b, tl.maximum(max_a, max_b)
+
+
+@triton.jit
 def _take_digit(hist, prefix, need, STEP: tl.constexpr):
     """Digit STEP of the need-th largest key: prefix extended by it, need less the keys above it."""
-    bins = tl.arange(0, BINS)
-    at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
-    digit = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
-    need -= tl.sum(tl.where(bins > digit, hist, 0), axis=0)
+    at_or_above = tl.cumsum(hist, axis=0, reverse=True)
+    # at_or_above falls as the digit grows (bin 0 holds every live key, >= need): the digit is the
+    # last bin still reaching need, the keys above it the largest count short of need. One scan
+    # and one reduction, as each costs a round of barriers across the program's warps.
+    reach, above = tl.reduce((tl.where(at_or_above >= need, 1, 0), tl.where(at_or_above < need, at_or_above, 0)),
+                             0, _add_and_max)
     lo = 32 - RADIX * (STEP + 1) if 32 > RADIX * (STEP + 1) else 0
-    return prefix | (digit.to(tl.uint32) << lo), need
+    return prefix | ((reach - 1).to(tl.uint32) << lo), need - above
 
 
 @triton.jit
@@ -137,97 +148,66 @@ def _sample_threshold(base, length, K: tl.constexpr, SAMPLE: tl.constexpr):
 
 @triton.jit
 def _threshold_kernel(
-    logits_ptr, stride_logits, starts_ptr, lens_ptr, t0_ptr,
+    logits_ptr, stride_logits, starts_ptr, lens_ptr, t0_ptr, count_ptr,
     K: tl.constexpr, SAMPLE: tl.constexpr, HAS_STARTS: tl.constexpr,
 ):
     row = tl.program_id(0)
     length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
+    tl.store(count_ptr + row, 0)  # the candidates launch counts from here: no memset of its own
     if length > K:
         tl.store(t0_ptr + row, _sample_threshold(base, length, K, SAMPLE).to(tl.int32, bitcast=True))
 
 
 @triton.jit
 def _candidates_kernel(
-    logits_ptr, stride_logits, starts_ptr, lens_ptr, t0_ptr, count_ptr, cand_ptr,
-    K: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, HAS_STARTS: tl.constexpr,
+    logits_ptr, stride_logits, starts_ptr, lens_ptr, t0_ptr, count_ptr, cand_ptr, runs_ptr,
+    K: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, HAS_STARTS: tl.constexpr,
 ):
     row = tl.program_id(0)
-    pos = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    block = tl.program_id(1)
+    pos = block * BLOCK + tl.arange(0, BLOCK)
     length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
-    if (length > K) & (tl.program_id(1) * BLOCK < length):
+    if (length > K) & (block * BLOCK < length):
         t0 = _scalar(tl.load(t0_ptr + row)).to(tl.uint32, bitcast=True)
         live = pos < length
         hit = (live & (_ordered_key(tl.load(base + pos, mask=live, other=0.0)) >= t0)).to(tl.int32)
         hits = tl.sum(hit, axis=0)
         if hits > 0:
-            slot = tl.atomic_add(count_ptr + row, hits) + tl.cumsum(hit, axis=0) - 1
+            # one atomic per block: its hits form one run of the list, in position order
+            first = tl.atomic_add(count_ptr + row, hits)
+            tl.store(runs_ptr + row.to(tl.int64) * BLOCKS + block, first)
+            slot = first + tl.cumsum(hit, axis=0) - 1
             # the counter keeps counting past CAP, which is how select sees the overflow
             tl.store(cand_ptr + row.to(tl.int64) * CAP + slot, pos, mask=(hit > 0) & (slot < CAP))
 
 
 @triton.jit
-def _load_items(base, cand, i, n_items, n_listed):
-    """Keys and positions of items i: candidates below n_listed, the row's own positions above."""
+def _items(base, listed_pos, i, n_items, n_listed):
+    """Keys and positions of items i: candidates (listed_pos) below n_listed, the row's own positions above."""
     live = i < n_items
-    listed = i < n_listed
-    pos = tl.where(listed, tl.load(cand + i, mask=listed, other=0), i)
+    pos = tl.where(i < n_listed, listed_pos, i)
     return _ordered_key(tl.load(base + pos, mask=live, other=0.0)), live, pos
 
 
 @triton.jit
-def _block_counts(key, live, pos, thr, above, ties, WRITE_BLOCK, BLOCKS: tl.constexpr):
-    """Per write block, add the items above the threshold key and those equal to it."""
-    block = (pos // WRITE_BLOCK).to(tl.int32)
-    above += tl.histogram(block, BLOCKS, mask=live & (key > thr))
-    ties += tl.histogram(block, BLOCKS, mask=live & (key == thr))
-    return above, ties
+def _load_items(base, cand, i, n_items, n_listed):
+    return _items(base, tl.load(cand + i, mask=i < n_listed, other=0), i, n_items, n_listed)
 
 
 @triton.jit
-def _select_kernel(
-    logits_ptr, stride_logits, starts_ptr, lens_ptr, count_ptr, cand_ptr, plan_ptr, WRITE_BLOCK,
-    K: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, HAS_STARTS: tl.constexpr,
-):
-    row = tl.program_id(0)
-    length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
-    if length > K:
-        n_cand = _scalar(tl.load(count_ptr + row))
-        whole_row = (n_cand < K) | (n_cand > CAP)
-        n_items = tl.where(whole_row, length, n_cand)
-        n_listed = tl.where(whole_row, 0, n_cand)
-        cand = cand_ptr + row.to(tl.int64) * CAP
-        offs = tl.arange(0, BLOCK)
-        # After each step `thr` holds more leading bits of the k-th largest key and `need` how many
-        # keys sharing them still belong to the top k; at the end, how many ties to take.
-        thr = tl.zeros((), tl.uint32)
-        need = tl.zeros((), tl.int32) + K
-        above = tl.zeros((BLOCKS,), tl.int32)
-        ties = tl.zeros((BLOCKS,), tl.int32)
-        if n_items <= BLOCK:
-            # The usual case: the candidates fit one block, so they are gathered once and every
-            # digit is resolved in registers instead of re-gathering them per digit.
-            key, live, pos = _load_items(base, cand, offs, n_items, n_listed)
-            for step in tl.static_range((32 + RADIX - 1) // RADIX):
-                thr, need = _take_digit(_digit_hist(key, live, thr, step), thr, need, step)
-            above, ties = _block_counts(key, live, pos, thr, above, ties, WRITE_BLOCK, BLOCKS)
-        else:
-            for step in tl.static_range((32 + RADIX - 1) // RADIX):
-                hist = tl.zeros((BINS,), tl.int32)
-                for c in range(0, n_items, BLOCK):
-                    key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
-                    hist += _digit_hist(key, live, thr, step)
-                thr, need = _take_digit(hist, thr, need, step)
-            for c in range(0, n_items, BLOCK):
-                key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
-                above, ties = _block_counts(key, live, pos, thr, above, ties, WRITE_BLOCK, BLOCKS)
-        ties_before = tl.cumsum(ties, axis=0) - ties
-        taken = above + tl.minimum(tl.maximum(need - ties_before, 0), ties)
-        plan = plan_ptr + row.to(tl.int64) * (2 * BLOCKS + 2)
-        blocks = tl.arange(0, BLOCKS)
-        tl.store(plan + blocks, tl.cumsum(taken, axis=0) - taken)
-        tl.store(plan + BLOCKS + blocks, ties_before)
-        tl.store(plan + 2 * BLOCKS, thr.to(tl.int32, bitcast=True))
-        tl.store(plan + 2 * BLOCKS + 1, need)
+def _block_counts(key, live, pos, thr, above, ties, BLOCK, BLOCKS: tl.constexpr):
+    """Per key block, add the items above the threshold key and those equal to it (one histogram
+    whose bin pairs are (above, tie) per block)."""
+    bin = (pos // BLOCK).to(tl.int32) * 2 + (key == thr).to(tl.int32)
+    pairs = tl.reshape(tl.histogram(bin, 2 * BLOCKS, mask=live & (key >= thr)), (BLOCKS, 2))
+    more_above, more_ties = tl.split(pairs)
+    return above + more_above, ties + more_ties
+
+
+@triton.jit
+def _before_run(first, count):
+    """Per block, the sum of `count` over the blocks whose list run starts before its own."""
+    return tl.sum(tl.where(first[None, :] < first[:, None], count[None, :], 0), axis=1)
 
 
 @triton.jit
@@ -244,41 +224,154 @@ def _transform(pos, row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE: tl.constexpr
 
 
 @triton.jit
-def _write_kernel(
-    logits_ptr, stride_logits, starts_ptr, lens_ptr, plan_ptr, out_ptr, stride_out,
-    bt_ptr, stride_bt, offs_ptr, NEXT_N,
-    K: tl.constexpr, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, HAS_STARTS: tl.constexpr, PAGE: tl.constexpr,
-    TRANSFORM: tl.constexpr,
+def _run_starts(runs_ptr, n_listed, KEY_BLOCK, BLOCKS: tl.constexpr):
+    """Where each key block's run starts in the list; in the whole-row search the list is the row
+    itself, block b starting at b * KEY_BLOCK. A block that listed nothing left its entry unset,
+    which is harmless: it has no items, and its count of zero weighs nothing in _before_run."""
+    blocks = tl.arange(0, BLOCKS)
+    listed = (blocks * 0 + n_listed) > 0
+    return tl.where(listed, tl.load(runs_ptr + blocks, mask=listed, other=0), blocks * KEY_BLOCK)
+
+
+@triton.jit
+def _shifts(above, ties, need, first):
+    """Per key block b, what _write_items adds to an item's rank in the list: to a tie's, the ties
+    of earlier blocks (by position) less those listed before b's run; to a taken item's, the items
+    taken from earlier blocks less those listed before b's run."""
+    ties_before = tl.cumsum(ties, axis=0) - ties
+    taken = above + tl.minimum(tl.maximum(need - ties_before, 0), ties)
+    return ties_before - _before_run(first, ties), tl.cumsum(taken, axis=0) - taken - _before_run(first, taken)
+
+
+@triton.jit
+def _write_items(key, live, pos, val, thr, need, tie_shift, slot_shift, ties_seen, taken_seen, BLOCK, out_row):
+    """Write the selected items among these (the next ones of the list; val: their transformed
+    positions) to their output slots.
+
+    ties_seen / taken_seen: ties and selected items earlier in the list. A block's items are one
+    run of the list in position order, so an item's rank within its block is its rank in the list
+    less the count before the block's run; tie_shift / slot_shift (_shifts) fold that in with the
+    block's rank over the whole row."""
+    block = tl.where(live, pos // BLOCK, 0).to(tl.int32)
+    tie = (live & (key == thr)).to(tl.int32)
+    tie_rank = ties_seen + tl.cumsum(tie, axis=0) - tie + tl.gather(tie_shift, block, 0)
+    take = (live & (key > thr)) | ((tie > 0) & (tie_rank < need))
+    taken = take.to(tl.int32)
+    slot = taken_seen + tl.cumsum(taken, axis=0) - taken + tl.gather(slot_shift, block, 0)
+    tl.store(out_row + slot, val.to(tl.int32), mask=take)
+    return ties_seen + tl.sum(tie, axis=0), taken_seen + tl.sum(taken, axis=0)
+
+
+@triton.jit
+def _select_write_kernel(
+    logits_ptr, stride_logits, starts_ptr, lens_ptr, count_ptr, cand_ptr, runs_ptr, out_ptr, stride_out,
+    bt_ptr, stride_bt, offs_ptr, NEXT_N, KEY_BLOCK,
+    K: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, HAS_STARTS: tl.constexpr,
+    PAGE: tl.constexpr, TRANSFORM: tl.constexpr,
 ):
     row = tl.program_id(0)
-    block = tl.program_id(1)
-    length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
-    out_row = out_ptr + row.to(tl.int64) * stride_out
     offs = tl.arange(0, BLOCK)
-    if length <= K:
-        if block == 0:  # dense: every position, then -1
-            for c in range(0, K, BLOCK):
-                pos = c + offs
-                val = _transform(tl.where(pos < length, pos, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE,
-                                 TRANSFORM)
-                tl.store(out_row + pos, val.to(tl.int32), mask=pos < K)
-    elif block * BLOCK < length:
-        plan = plan_ptr + row.to(tl.int64) * (2 * BLOCKS + 2)
-        written = _scalar(tl.load(plan + block))
-        ties = _scalar(tl.load(plan + BLOCKS + block))
-        thr = _scalar(tl.load(plan + 2 * BLOCKS)).to(tl.uint32, bitcast=True)
-        need = _scalar(tl.load(plan + 2 * BLOCKS + 1))
-        # Everything above the threshold key and the first `need` ties of the row, in position order.
-        pos = block * BLOCK + offs
-        live = pos < length
-        key = _ordered_key(tl.load(base + pos, mask=live, other=0.0))
-        eq = (live & (key == thr)).to(tl.int32)
-        sel = live & (key > thr)
-        if tl.sum(eq, axis=0) > 0:  # a block rarely holds the threshold key: skip its scan
-            sel |= (eq > 0) & (ties + tl.cumsum(eq, axis=0) <= need)
-        slot = written + tl.cumsum(sel.to(tl.int32), axis=0) - 1
-        val = _transform(pos, row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
-        tl.store(out_row + slot, val.to(tl.int32), mask=sel)
+    # Three loads that do not depend on each other, issued together: the row's length, its
+    # candidate count and the first block of its list (cap >= BLOCK; entries past the count unused).
+    length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
+    n_cand = _scalar(tl.load(count_ptr + row))
+    cand = cand_ptr + row.to(tl.int64) * CAP
+    listed_pos = tl.load(cand + offs)
+    out_row = out_ptr + row.to(tl.int64) * stride_out
+    if length <= K:  # dense: every position, then -1
+        for c in range(0, K, BLOCK):
+            pos = c + offs
+            val = _transform(tl.where(pos < length, pos, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
+            tl.store(out_row + pos, val.to(tl.int32), mask=pos < K)
+    else:
+        whole_row = (n_cand < K) | (n_cand > CAP)
+        n_items = tl.where(whole_row, length, n_cand)
+        n_listed = tl.where(whole_row, 0, n_cand)
+        # After each step `thr` holds more leading bits of the k-th largest key and `need` how many
+        # keys sharing them still belong to the top k; at the end, how many ties to take.
+        thr = tl.zeros((), tl.uint32)
+        need = tl.zeros((), tl.int32) + K
+        above = tl.zeros((BLOCKS,), tl.int32)
+        ties = tl.zeros((BLOCKS,), tl.int32)
+        first = _run_starts(runs_ptr + row.to(tl.int64) * BLOCKS, n_listed, KEY_BLOCK, BLOCKS)
+        if n_items <= BLOCK:
+            # The usual case: the candidates fit one block, so they are gathered once and every
+            # digit is resolved in registers instead of re-gathering them per digit. Their
+            # block-table lookups are issued now, to overlap the digit steps.
+            key, live, pos = _items(base, listed_pos, offs, n_items, n_listed)
+            val = _transform(pos, row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
+            # Keys relative to the smallest, their span's top bit moved to bit 31: ceil(bits / 6)
+            # digit steps resolve them (four on random-normal candidates, whose span is ~24 bits).
+            key = tl.where(live, key - tl.min(tl.where(live, key, tl.full((BLOCK,), 0xFFFFFFFF, tl.uint32)), axis=0), 0)
+            span = tl.max(key, axis=0)
+            # bit length from the float's exponent; rounding up to a power of two only adds a bit
+            bits = (span.to(tl.float32).to(tl.uint32, bitcast=True) >> 23).to(tl.int32) - 126
+            bits = tl.where(span > 0, tl.minimum(bits, 32), 0)
+            key = key << tl.where(span > 0, 32 - bits, 0).to(tl.uint32)
+            for step in tl.static_range((32 + RADIX - 1) // RADIX):
+                if RADIX * step < bits:
+                    thr, need = _take_digit(_digit_hist(key, live, thr, step), thr, need, step)
+            above, ties = _block_counts(key, live, pos, thr, above, ties, KEY_BLOCK, BLOCKS)
+            tie_shift, slot_shift = _shifts(above, ties, need, first)
+            _write_items(key, live, pos, val, thr, need, tie_shift, slot_shift, 0, 0, KEY_BLOCK, out_row)
+        else:
+            for step in tl.static_range((32 + RADIX - 1) // RADIX):
+                hist = tl.zeros((BINS,), tl.int32)
+                for c in range(0, n_items, BLOCK):
+                    key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
+                    hist += _digit_hist(key, live, thr, step)
+                thr, need = _take_digit(hist, thr, need, step)
+            for c in range(0, n_items, BLOCK):
+                key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
+                above, ties = _block_counts(key, live, pos, thr, above, ties, KEY_BLOCK, BLOCKS)
+            tie_shift, slot_shift = _shifts(above, ties, need, first)
+            ties_seen = tl.zeros((), tl.int32)
+            taken_seen = tl.zeros((), tl.int32)
+            for c in range(0, n_items, BLOCK):
+                key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
+                val = _transform(pos, row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
+                ties_seen, taken_seen = _write_items(key, live, pos, val, thr, need, tie_shift, slot_shift,
+                                                     ties_seen, taken_seen, KEY_BLOCK, out_row)
+
+
+@dataclass
+class CandidateLists:
+    """Per row: how many candidates (count), their positions (cand [rows, cap]) and where each key
+    block's run starts in the list (first [rows, bins]); the two launches before the select."""
+
+    count: torch.Tensor
+    cand: torch.Tensor
+    first: torch.Tensor
+
+
+def candidate_lists(logits, lengths, row_starts, k: int, cfg: TopkConfig) -> CandidateLists:
+    n, width = logits.shape
+    bins = max(32, triton.next_power_of_2(triton.cdiv(width, cfg.block)))  # histograms want a warp multiple
+    lists = CandidateLists(torch.empty(n, device=logits.device, dtype=torch.int32),
+                           torch.empty(n, cfg.cap, device=logits.device, dtype=torch.int32),
+                           torch.empty(n, bins, device=logits.device, dtype=torch.int32))
+    t0 = torch.empty(n, device=logits.device, dtype=torch.int32)
+    row_args = (logits, logits.stride(0), row_starts if row_starts is not None else lengths, lengths)
+    common = dict(K=k, HAS_STARTS=row_starts is not None)
+    _threshold_kernel[(n,)](*row_args, t0, lists.count, SAMPLE=cfg.sample, num_warps=16, **common)
+    _candidates_kernel[(n, max(1, triton.cdiv(width, cfg.block)))](
+        *row_args, t0, lists.count, lists.cand, lists.first, CAP=cfg.cap, BLOCK=cfg.block, BLOCKS=bins,
+        num_warps=8 if cfg.block >= 4096 else 4, **common)
+    return lists
+
+
+def select_and_write(
+    logits, lengths, row_starts, k: int, cfg: TopkConfig, lists: CandidateLists, out: torch.Tensor,
+    transform: int, block_table, page_size: int, next_n: int, offsets,
+) -> None:
+    bt = block_table if block_table is not None else lengths
+    _select_write_kernel[(logits.shape[0],)](
+        logits, logits.stride(0), row_starts if row_starts is not None else lengths, lengths,
+        lists.count, lists.cand, lists.first, out, out.stride(0), bt, bt.stride(0) if block_table is not None else 0,
+        offsets if offsets is not None else lengths, next_n, cfg.block,
+        K=k, CAP=cfg.cap, BLOCK=cfg.select_block, BLOCKS=lists.first.shape[1], HAS_STARTS=row_starts is not None,
+        PAGE=page_size, TRANSFORM=transform, num_warps=16 if cfg.select_block >= 4096 else 4,
+    )
 
 
 def topk_transform(
@@ -298,25 +391,7 @@ def topk_transform(
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
     cfg = config or topk_config(n, width, k, _num_sms(logits.device))
-    blocks = max(1, triton.cdiv(width, cfg.block))
-    bins = max(32, triton.next_power_of_2(blocks))  # tl.histogram wants a multiple of the warp size
-    count = torch.zeros(n, device=logits.device, dtype=torch.int32)
-    t0 = torch.empty(n, device=logits.device, dtype=torch.int32)
-    cand = torch.empty(n, cfg.cap, device=logits.device, dtype=torch.int32)
-    plan = torch.empty(n, 2 * bins + 2, device=logits.device, dtype=torch.int32)
-    starts = row_starts if row_starts is not None else lengths
-    row_args = (logits, logits.stride(0), starts, lengths)
-    common = dict(K=k, HAS_STARTS=row_starts is not None)
-    warps = 8 if cfg.block >= 4096 else 4
-    _threshold_kernel[(n,)](*row_args, t0, SAMPLE=cfg.sample, num_warps=8, **common)
-    _candidates_kernel[(n, blocks)](*row_args, t0, count, cand, CAP=cfg.cap, BLOCK=cfg.block, num_warps=warps,
-                                    **common)
-    _select_kernel[(n,)](*row_args, count, cand, plan, cfg.block, CAP=cfg.cap, BLOCK=cfg.select_block,
-                         BLOCKS=bins, num_warps=16 if cfg.select_block >= 4096 else 4, **common)
-    bt = block_table if block_table is not None else lengths
-    _write_kernel[(n, blocks)](
-        *row_args, plan, out, out.stride(0), bt, bt.stride(0) if block_table is not None else 0,
-        offsets if offsets is not None else lengths, next_n,
-        BLOCK=cfg.block, BLOCKS=bins, PAGE=page_size, TRANSFORM=transform, num_warps=warps, **common,
-    )
+    lists = candidate_lists(logits, lengths, row_starts, k, cfg)
+    select_and_write(logits, lengths, row_starts, k, cfg, lists, out, transform, block_table, page_size, next_n,
+                     offsets)
     return out

@@ -44,6 +44,17 @@ def test_ties_and_signed_zeros_resolve_to_the_lowest_positions():
     _check(logits, [200, 200, 150])
 
 
+@pytest.mark.parametrize("width", [60, 400], ids=["whole-row", "sampled-candidates"])
+def test_infinities_and_extreme_floats_rank_in_float_order(width):
+    # keys spanning nearly all 32 bits: the select's relative keys need every digit step
+    logits = _logits(2, width)
+    logits[0, ::7] = float("-inf")
+    logits[0, 3], logits[0, 5], logits[0, 8] = float("inf"), 3e38, -3e38
+    logits[1, ::3] = -3e38
+    logits[1, 1::5] = 1e-38
+    _check(logits, [width, width - 3])
+
+
 def test_massive_ties_overflow_the_candidate_list_and_search_the_whole_row():
     logits = torch.zeros(2, 200)  # every key is a candidate: more than cap
     logits[1, 150:] = 1.0
@@ -56,6 +67,37 @@ def test_a_sample_that_ranks_too_high_falls_back_to_the_whole_row():
     logits = _logits(2, 512)
     logits[:, ::16] += 50.0
     _check(logits, [512, 512], topk.TopkConfig(block=32, sample=32, cap=64, select_block=64))
+
+
+def _reverse_runs(lists, block):
+    """Reverse the order of the blocks' runs in each row's candidate list, as GPU atomics may hand
+    them out (the interpreter runs block programs in order); returns how many rows had 2+ runs."""
+    shuffled = 0
+    for row, count in enumerate(lists.count.tolist()):
+        listed = lists.cand[row, :count].clone()
+        blocks = torch.unique_consecutive(listed // block)
+        runs = [listed[listed // block == b] for b in blocks.tolist()][::-1]
+        start = 0
+        for run in runs:
+            lists.first[row, int(run[0]) // block] = start
+            lists.cand[row, start:start + len(run)] = run
+            start += len(run)
+        shuffled += len(runs) > 1
+    return shuffled
+
+
+@pytest.mark.parametrize("select_block", [256, 32], ids=["one-select-block", "several-select-blocks"])
+def test_block_runs_listed_in_any_order_write_positions_in_order(select_block):
+    logits = torch.randn(3, 400).mul(4).round()  # small integers: many ties at the threshold
+    logits[2] = torch.randn(400)
+    lens = torch.tensor([400, 333, 390]).int()
+    cfg = topk.TopkConfig(block=32, sample=64, cap=256, select_block=select_block)
+    lists = topk.candidate_lists(logits, lens, None, K, cfg)
+    assert ((lists.count >= K) & (lists.count <= cfg.cap)).all()  # selected from the lists, not whole rows
+    assert _reverse_runs(lists, cfg.block) == 3
+    out = torch.empty(3, K, dtype=torch.int32)
+    topk.select_and_write(logits, lens, None, K, cfg, lists, out, topk.TRANSFORM_NONE, None, 1, 1, None)
+    assert torch.equal(out, reference.topk_positions_ref(logits, lens, K))
 
 
 def test_row_starts_shift_each_rows_range():
@@ -96,11 +138,16 @@ def test_reference_ragged_transform_without_offsets_raises():
         reference.ragged_transform_ref(torch.zeros(1, K, dtype=torch.int32), None)
 
 
-@pytest.mark.parametrize("rows, width, block", [(1, 131072, 1024), (1, 32768, 1024), (32, 131072, 4096),
-                                               (128, 32768, 4096), (8, 32768, 1024)])
+@pytest.mark.parametrize("rows, width, block", [(1, 131072, 1024), (1, 32768, 1024), (32, 131072, 2048),
+                                               (128, 32768, 2048), (8, 32768, 1024)])
 def test_default_tiling_shrinks_blocks_only_while_the_grid_is_small(rows, width, block):
     cfg = topk.topk_config(rows, width, 2048, num_sms=132)
     assert cfg.block == block and cfg.cap >= 2 * 2048
+
+
+def test_a_candidate_cap_below_the_select_block_is_refused():
+    with pytest.raises(ValueError, match="cap"):
+        topk.TopkConfig(block=32, sample=64, cap=32, select_block=64)
 
 
 def test_many_long_rows_sample_more_keys():
