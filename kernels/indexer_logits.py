@@ -16,7 +16,10 @@ import torch
 import triton
 import triton.language as tl
 
-from triton.tools.tensor_descriptor import TensorDescriptor
+try:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # a Triton without host-side TMA descriptors: every key tile is gathered
+    TensorDescriptor = None
 
 from dsa_backend.cache.layout import INDEX_FP8_BYTES, INDEX_HEAD_DIM
 
@@ -110,7 +113,7 @@ def paged_config(batch: int, max_context_len: int, next_n: int, num_sms: int = 1
     (TMA was 15-25% slower there) in 2048-key chunks, with two stages and 4 warps at next_n 2,
     three stages and 8 warps at next_n 4. Chunks shrink until there are 4 programs per SM at
     next_n 1, 2 above it; 128-key tiles were 10-25% slower."""
-    tma = next_n == 1 and page_size % 64 == 0
+    tma = TensorDescriptor is not None and next_n == 1 and page_size % 64 == 0
     keys_per_prog = 512 if next_n == 1 and not tma else 2048
     programs = (4 if next_n == 1 else 2) * num_sms
     while keys_per_prog > 128 and batch * triton.cdiv(max_context_len, keys_per_prog) < programs:
@@ -164,6 +167,8 @@ def paged_indexer_logits(
         return out
     cfg = dict(config or paged_config(batch, max_context_len, next_n, page_size=page_size))
     cfg.setdefault("TMA", False)
+    if cfg["TMA"] and TensorDescriptor is None:
+        raise ValueError("TMA key tiles need triton.tools.tensor_descriptor, which this Triton lacks")
     if cfg["TMA"] and page_size % cfg["BLOCK_K"]:
         raise ValueError(f"TMA key tiles must lie inside a page: BLOCK_K {cfg['BLOCK_K']}, page_size {page_size}")
     grid = (batch, triton.cdiv(max_context_len, cfg["KEYS_PER_PROG"]))

@@ -50,6 +50,14 @@ def test_default_config_uses_tma_only_for_next_n_1_on_pages_of_whole_tiles():
     assert not indexer_logits.paged_config(128, 32768, 2, page_size=64)["TMA"]
 
 
+def test_a_triton_without_tma_descriptors_gathers_every_tile(monkeypatch):
+    monkeypatch.setattr(indexer_logits, "TensorDescriptor", None)
+    assert not indexer_logits.paged_config(128, 32768, 1, page_size=64)["TMA"]
+    q, w, pool, table, lens = _paged_inputs([37, 70], 1)
+    with pytest.raises(ValueError, match="tensor_descriptor"):
+        indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, 96, 1, config=dict(SMALL_TILES, TMA=True))
+
+
 def test_paged_logits_accept_a_per_token_block_table_and_2d_lengths():
     q, w, pool, table, lens = _paged_inputs([20, 33], 2)
     per_token = table.repeat_interleave(2, dim=0)

@@ -150,10 +150,11 @@ def test_a_candidate_cap_below_the_select_block_is_refused():
         topk.TopkConfig(block=32, sample=64, cap=32, select_block=64)
 
 
-def test_many_long_rows_sample_more_keys():
+def test_sample_size_follows_row_length_and_row_count():
     assert topk.topk_config(32, 131072, 2048, 132).sample == 8192
     assert topk.topk_config(1, 131072, 2048, 132).sample == 4096  # one rare slow row costs less than the sample
-    assert topk.topk_config(128, 32768, 2048, 132).sample == 4096
+    assert topk.topk_config(128, 65536, 2048, 132).sample == 4096
+    assert topk.topk_config(128, 32768, 2048, 132).sample == 2048  # a wider margin at 32K still fits the select
 
 
 @pytest.mark.gpu
