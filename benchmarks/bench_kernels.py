@@ -289,11 +289,22 @@ def indexer():
                 gbps = key_bytes / ms / 1e6
                 row("indexer", "triton paged", ms, **tag, GBps=round(gbps), copy_frac=round(gbps / RES["copy_GBps"], 3),
                     cfg=str(cfg))
+                # the default path (no config): Gluon at next_n 1 on Hopper where its grid is large enough
+                g_ours = bench_graph(lambda: indexer_logits.paged_indexer_logits(
+                    q, w, pool, table, lens, PAGE, ctx, next_n, clean_logits=False))
+                gluon = (next_n == 1 and indexer_logits._gluon_runs(q.device, PAGE)
+                         and indexer_logits.indexer_gluon.gluon_config(batch, ctx, NUM_SMS) is not None)
+                row("indexer", "default paged, CUDA graph", g_ours, **tag, kernel="gluon" if gluon else "triton",
+                    copy_frac=round(key_bytes / g_ours / 1e6 / RES["copy_GBps"], 3) if g_ours else None)
                 if dg is not None:
                     try:
-                        ms_dg = bench(lambda: dispatch._deepgemm_paged(q, w, pool, table, lens, PAGE, ctx, next_n, False))
+                        def dg_fn():
+                            return dispatch._deepgemm_paged(q, w, pool, table, lens, PAGE, ctx, next_n, False)
+
+                        ms_dg, g_dg = bench(dg_fn), bench_graph(dg_fn)
                         row("indexer", "deepgemm paged", ms_dg, **tag, GBps=round(key_bytes / ms_dg / 1e6),
-                            ours_over_dg_speed=round(ms_dg / ms, 3))
+                            ours_over_dg_speed=round(ms_dg / ms, 3), graph_ms=g_dg,
+                            default_over_dg_speed_graph=round(g_dg / g_ours, 3) if g_dg and g_ours else None)
                     except Exception as exc:  # noqa: BLE001
                         RES["errors"].append(f"deepgemm paged {tag}: {str(exc)[:200]}")
                 if batch == max(batches) and ctx == ctxs[1]:

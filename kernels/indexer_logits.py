@@ -20,6 +20,10 @@ try:
     from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # a Triton without host-side TMA descriptors: every key tile is gathered
     TensorDescriptor = None
+try:
+    from . import indexer_gluon
+except (ImportError, AttributeError):  # a Triton without Gluon's Hopper API: decode stays on the Triton kernel
+    indexer_gluon = None
 
 from dsa_backend.cache.layout import INDEX_FP8_BYTES, INDEX_HEAD_DIM
 
@@ -137,6 +141,10 @@ def _key_sources(index_pool: torch.Tensor, page_size: int, block_k: int, tma: bo
     return keys, scales
 
 
+def _gluon_runs(device: torch.device, page_size: int) -> bool:
+    return indexer_gluon is not None and page_size % indexer_gluon.BLOCK_K == 0 and indexer_gluon.runs_on(device)
+
+
 def paged_indexer_logits(
     q_fp8: torch.Tensor, weights: torch.Tensor, index_pool: torch.Tensor, block_table: torch.Tensor,
     context_lens: torch.Tensor, page_size: int, max_context_len: int, next_n: int = 1,
@@ -146,7 +154,9 @@ def paged_indexer_logits(
 
     block_table [N // next_n, max_pages] int32 (a per-token [N, ...] table is strided down);
     context_lens [N] or [N, 1] int32, each token's own causal length. clean_logits=False leaves
-    columns past the request's longest token unwritten (top-k never reads them).
+    columns past the request's longest token unwritten (top-k never reads them). Without an
+    explicit config, decode (next_n 1) on Hopper runs kernels/indexer_gluon.py's kernel where its
+    grid is large enough; the output is the same bit for bit.
     """
     _check_q(q_fp8, weights)
     n, heads, _ = q_fp8.shape
@@ -162,9 +172,16 @@ def paged_indexer_logits(
         raise ValueError(f"context_lens must hold one length per query token ({n}), got {tuple(context_lens.shape)}")
     if index_pool.shape[-1] != page_size * INDEX_FP8_BYTES or not index_pool.is_contiguous():
         raise ValueError(f"index_pool must be contiguous uint8 [pages, {page_size * INDEX_FP8_BYTES}]")
-    out = torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
     if n == 0 or max_context_len == 0:
-        return out
+        return torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
+    if config is None and next_n == 1 and _gluon_runs(q_fp8.device, page_size):
+        gluon_cfg = indexer_gluon.gluon_config(
+            batch, max_context_len, torch.cuda.get_device_properties(q_fp8.device).multi_processor_count)
+        if gluon_cfg is not None:
+            return indexer_gluon.paged_indexer_logits(q_fp8.contiguous(), weights.contiguous(), index_pool, block_table,
+                                                      lens.to(torch.int32), page_size, max_context_len, clean_logits,
+                                                      gluon_cfg)
+    out = torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
     cfg = dict(config or paged_config(batch, max_context_len, next_n, page_size=page_size))
     cfg.setdefault("TMA", False)
     if cfg["TMA"] and TensorDescriptor is None:

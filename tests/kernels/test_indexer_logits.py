@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from dsa_kernels import cache_store, indexer_logits, reference
+from dsa_kernels import cache_store, indexer_gluon, indexer_logits, reference
 
 PAGE, HEADS = 16, 8
 SMALL_TILES = dict(BLOCK_K=16, KEYS_PER_PROG=32, num_warps=4, num_stages=1)
@@ -94,22 +94,64 @@ def test_paged_logits_reject_lengths_that_are_not_one_per_token():
         indexer_logits.paged_indexer_logits(q, w, pool, table, lens[::2], PAGE, 40, 2)
 
 
+def test_gluon_decode_kernel_takes_large_grids_only():
+    assert not indexer_gluon.runs_on(torch.device("cpu"))
+    assert indexer_gluon.gluon_config(128, 32768, 132) == dict(KEYS_PER_PROG=1024, STAGES=4)
+    assert indexer_gluon.gluon_config(32, 32768, 132)["KEYS_PER_PROG"] == 2048  # one wave of 2048-key programs
+    assert indexer_gluon.gluon_config(128, 131072, 132)["KEYS_PER_PROG"] == 2048  # eight waves or more
+    assert indexer_gluon.gluon_config(1, 32768, 132) is None  # a few programs: the Triton kernel is faster
+    assert indexer_gluon.gluon_config(32, 4096, 132) is None
+
+
+def _deepseek_paged_case(next_n, seq=(4999, 1, 3001, 64, 2100)):
+    # DeepSeek shapes (64 heads, 64-key pages); lengths off every tile, chunk and page boundary
+    page, heads = 64, 64
+    seq = torch.tensor(seq)
+    per_request = int(seq.max()) // page + 2
+    pages = len(seq) * per_request + 1
+    pool = torch.zeros(pages, page * 132, dtype=torch.uint8, device="cuda")
+    cache_store.store_index_keys(pool, torch.randn(pages * page, 128, device="cuda"),
+                                 torch.arange(pages * page, device="cuda"), page)
+    table = torch.randperm(pages, device="cuda")[: len(seq) * per_request].view(len(seq), per_request).int()
+    lens = torch.stack([(seq - next_n + j + 1).clamp_min(0) for j in range(next_n)], 1).reshape(-1).int().cuda()
+    q = (torch.randn(len(seq) * next_n, heads, 128, device="cuda") * 2).to(torch.float8_e4m3fn)
+    w = torch.randn(len(seq) * next_n, heads, device="cuda")
+    return q, w, pool, table, lens
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "unclean"])
+@pytest.mark.parametrize("chunk, stages", [(1024, 4), (2048, 4), (128, 4)],
+                         ids=["1024", "2048", "fewer-tiles-than-stages"])
+def test_gluon_decode_kernel_equals_the_triton_kernel_on_cuda(chunk, stages, clean):
+    max_len = 5000
+    q, w, pool, table, lens = _deepseek_paged_case(1)
+    got = indexer_gluon.paged_indexer_logits(q, w, pool, table, lens, 64, max_len, clean,
+                                             dict(KEYS_PER_PROG=chunk, STAGES=stages))
+    cfg = dict(indexer_logits.paged_config(len(lens), max_len, 1, page_size=64), TMA=False)
+    want = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, max_len, 1, clean, config=cfg)
+    visible = torch.arange(max_len, device="cuda")[None, :] < (max_len if clean else lens[:, None])
+    assert torch.equal(torch.where(visible, got, 0.0), torch.where(visible, want, 0.0))
+
+
+@pytest.mark.gpu
+def test_decode_logits_take_the_gluon_kernel_on_hopper_and_match_triton():
+    batch, ctx = 64, 16384
+    assert indexer_logits._gluon_runs(torch.device("cuda"), 64) == (torch.cuda.get_device_capability() == (9, 0))
+    assert indexer_gluon.gluon_config(batch, ctx, torch.cuda.get_device_properties(0).multi_processor_count)
+    q, w, pool, table, lens = _deepseek_paged_case(1, seq=[ctx - 3 * i for i in range(batch)])
+    got = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, 1)
+    cfg = dict(indexer_logits.paged_config(batch, ctx, 1, page_size=64))
+    assert torch.equal(got, indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, 1, config=cfg))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("next_n", [1, 2, 4])
 @pytest.mark.parametrize("tma", [False, True], ids=["gathered", "tma"])
 def test_compiled_paged_kernel_matches_the_reference_on_cuda(next_n, tma):
-    # DeepSeek shapes (64 heads, 64-key pages); lengths off every tile, chunk and page boundary
-    page, heads, max_len = 64, 64, 5000
-    seq = torch.tensor([4999, 1, 3001, 64, 2100])
-    pages = len(seq) * 80
-    pool = torch.zeros(pages, page * 132, dtype=torch.uint8, device="cuda")
-    cache_store.store_index_keys(pool, torch.randn(pages * page, 128, device="cuda"),
-                                 torch.arange(pages * page, device="cuda"), page)
-    table = torch.randperm(pages, device="cuda")[: len(seq) * 79].view(len(seq), 79).int()
-    lens = torch.stack([(seq - next_n + j + 1).clamp_min(0) for j in range(next_n)], 1).reshape(-1).int().cuda()
-    q = (torch.randn(len(seq) * next_n, heads, 128, device="cuda") * 2).to(torch.float8_e4m3fn)
-    w = torch.randn(len(seq) * next_n, heads, device="cuda")
-    cfg = dict(indexer_logits.paged_config(len(seq), max_len, next_n, page_size=page), TMA=tma)
+    page, max_len = 64, 5000
+    q, w, pool, table, lens = _deepseek_paged_case(next_n)
+    cfg = dict(indexer_logits.paged_config(len(lens) // next_n, max_len, next_n, page_size=page), TMA=tma)
     out = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, page, max_len, next_n, config=cfg)
     want = reference.paged_indexer_logits_ref(q, w, pool, table, lens, page, max_len, next_n)
     finite = torch.isfinite(want)
