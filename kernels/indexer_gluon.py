@@ -58,7 +58,7 @@ def _paged_logits_kernel(
     start = gl.program_id(1) * KEYS_PER_PROG
     length = gl.load(lens_ptr + tok)
     out_row = out_ptr + tok.to(gl.int64) * stride_out
-    limit = max_len if CLEAN else length
+    limit = max_len if CLEAN else gl.minimum(length, max_len)  # never past the row, whatever the length
     if start < length:
         h = gl.arange(0, H, layout=gl.SliceLayout(1, QL))
         d = gl.arange(0, D, layout=gl.SliceLayout(0, QL))

@@ -92,7 +92,9 @@ def _paged_logits_kernel(
             if CLEAN:
                 tl.store(out_rows + pos[None, :], s, mask=tok_ok[:, None] & (pos[None, :] < max_len))
             else:
-                tl.store(out_rows + pos[None, :], s, mask=tok_ok[:, None] & (pos[None, :] < req_len))
+                # a length past max_len (a caller's error) must not write past the row
+                written = tl.minimum(req_len, max_len)
+                tl.store(out_rows + pos[None, :], s, mask=tok_ok[:, None] & (pos[None, :] < written))
     elif CLEAN:
         for k0 in range(0, KEYS_PER_PROG, BLOCK_K):
             pos = start + k0 + tl.arange(0, BLOCK_K)
