@@ -143,7 +143,8 @@ def _key_sources(index_pool: torch.Tensor, page_size: int, block_k: int, tma: bo
     return keys, scales
 
 
-def _gluon_runs(device: torch.device, page_size: int) -> bool:
+def gluon_decode_runs(device: torch.device, page_size: int = 64) -> bool:
+    """Whether decode logits (next_n 1) can take kernels/indexer_gluon.py's kernel here."""
     return indexer_gluon is not None and page_size % indexer_gluon.BLOCK_K == 0 and indexer_gluon.runs_on(device)
 
 
@@ -176,7 +177,7 @@ def paged_indexer_logits(
         raise ValueError(f"index_pool must be contiguous uint8 [pages, {page_size * INDEX_FP8_BYTES}]")
     if n == 0 or max_context_len == 0:
         return torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
-    if config is None and next_n == 1 and _gluon_runs(q_fp8.device, page_size):
+    if config is None and next_n == 1 and gluon_decode_runs(q_fp8.device, page_size):
         gluon_cfg = indexer_gluon.gluon_config(
             batch, max_context_len, torch.cuda.get_device_properties(q_fp8.device).multi_processor_count)
         if gluon_cfg is not None:

@@ -137,7 +137,7 @@ def test_gluon_decode_kernel_equals_the_triton_kernel_on_cuda(chunk, stages, cle
 @pytest.mark.gpu
 def test_decode_logits_take_the_gluon_kernel_on_hopper_and_match_triton():
     batch, ctx = 64, 16384
-    assert indexer_logits._gluon_runs(torch.device("cuda"), 64) == (torch.cuda.get_device_capability() == (9, 0))
+    assert indexer_logits.gluon_decode_runs(torch.device("cuda"), 64) == (torch.cuda.get_device_capability() == (9, 0))
     assert indexer_gluon.gluon_config(batch, ctx, torch.cuda.get_device_properties(0).multi_processor_count)
     q, w, pool, table, lens = _deepseek_paged_case(1, seq=[ctx - 3 * i for i in range(batch)])
     got = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, 1)
