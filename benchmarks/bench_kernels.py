@@ -292,8 +292,7 @@ def indexer():
                 # the default path (no config): Gluon at next_n 1 on Hopper where its grid is large enough
                 g_ours = bench_graph(lambda: indexer_logits.paged_indexer_logits(
                     q, w, pool, table, lens, PAGE, ctx, next_n, clean_logits=False))
-                gluon = (next_n == 1 and indexer_logits.gluon_decode_runs(q.device, PAGE)
-                         and indexer_logits.indexer_gluon.gluon_config(batch, ctx, NUM_SMS) is not None)
+                gluon = indexer_logits.gluon_decode_config(q.device, batch, ctx, next_n, PAGE) is not None
                 row("indexer", "default paged, CUDA graph", g_ours, **tag, kernel="gluon" if gluon else "triton",
                     copy_frac=round(key_bytes / g_ours / 1e6 / RES["copy_GBps"], 3) if g_ours else None)
                 if dg is not None:

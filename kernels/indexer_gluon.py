@@ -139,21 +139,19 @@ def gluon_config(batch: int, max_context_len: int, num_sms: int) -> dict | None:
     return dict(KEYS_PER_PROG=kpp, STAGES=4)
 
 
-def paged_indexer_logits(q_fp8, weights, index_pool, block_table, context_lens, page_size: int, max_context_len: int,
+def paged_indexer_logits(q_fp8, weights, keys, scales, block_table, context_lens, max_context_len: int,
                          clean_logits: bool, config: dict) -> torch.Tensor:
-    """Arguments as kernels/indexer_logits.paged_indexer_logits with next_n = 1, already checked there."""
+    """Arguments as kernels/indexer_logits.paged_indexer_logits with next_n = 1, already checked
+    there; keys [pages, page_size, 128] and scales [pages, page_size] are its pool_parts views."""
     n, heads, _ = q_fp8.shape
     out = torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
-    # a page is page_size keys of 128 B, then their fp32 scales: keys as [pages, page_size, 128]
-    keys = TensorDescriptor(index_pool.view(torch.float8_e4m3fn), [index_pool.shape[0], page_size, INDEX_HEAD_DIM],
-                            [index_pool.stride(0), INDEX_HEAD_DIM, 1], [1, BLOCK_K, INDEX_HEAD_DIM],
-                            gl.NVMMASharedLayout.get_default_for([1, BLOCK_K, INDEX_HEAD_DIM], gl.float8e4nv))
-    sc = index_pool.view(torch.float32)[:, page_size * INDEX_HEAD_DIM // 4:]
-    scales = TensorDescriptor(sc, list(sc.shape), [sc.stride(0), 1], [1, BLOCK_K],
-                              gl.NVMMASharedLayout.get_default_for([1, BLOCK_K], gl.float32))
+    key_tiles = TensorDescriptor.from_tensor(keys, [1, BLOCK_K, INDEX_HEAD_DIM], gl.NVMMASharedLayout.get_default_for(
+        [1, BLOCK_K, INDEX_HEAD_DIM], gl.float8e4nv))
+    scale_tiles = TensorDescriptor.from_tensor(scales, [1, BLOCK_K],
+                                               gl.NVMMASharedLayout.get_default_for([1, BLOCK_K], gl.float32))
     grid = (n, triton.cdiv(max_context_len, config["KEYS_PER_PROG"]))
     _paged_logits_kernel[grid](
-        q_fp8, weights, keys, scales, block_table, block_table.stride(0), context_lens, out, out.stride(0),
-        max_context_len, H=heads, PAGE=page_size, BLOCK=BLOCK_K, CLEAN=clean_logits, num_warps=4, **config,
+        q_fp8, weights, key_tiles, scale_tiles, block_table, block_table.stride(0), context_lens, out, out.stride(0),
+        max_context_len, H=heads, PAGE=keys.shape[1], BLOCK=BLOCK_K, CLEAN=clean_logits, num_warps=4, **config,
     )
     return out

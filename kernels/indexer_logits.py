@@ -129,23 +129,35 @@ def paged_config(batch: int, max_context_len: int, next_n: int, num_sms: int = 1
                 TMA=tma)
 
 
+def pool_parts(index_pool: torch.Tensor, page_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pool's keys [pages, page_size, 128] e4m3 and scales [pages, page_size] fp32, as strided
+    views (a page is page_size keys of 128 B, then their scales): what TMA descriptors are cut from."""
+    keys = index_pool[:, : page_size * INDEX_HEAD_DIM].view(torch.float8_e4m3fn)
+    scales = index_pool.view(torch.float32)[:, page_size * INDEX_HEAD_DIM // 4:]
+    return keys.unflatten(1, (page_size, INDEX_HEAD_DIM)), scales
+
+
 def _key_sources(index_pool: torch.Tensor, page_size: int, block_k: int, tma: bool) -> tuple:
     """What _key_tile reads: TMA descriptors of the pool's key and scale parts, or typed views."""
     if not tma:
         return index_pool.view(torch.float8_e4m3fn), index_pool.view(torch.float32)
-    # a page is page_size keys of 128 B, then their fp32 scales: keys as [pages, page_size, 128]
-    keys = TensorDescriptor(index_pool.view(torch.float8_e4m3fn),
-                            shape=[index_pool.shape[0], page_size, INDEX_HEAD_DIM],
-                            strides=[page_size * INDEX_FP8_BYTES, INDEX_HEAD_DIM, 1],
-                            block_shape=[1, block_k, INDEX_HEAD_DIM])
-    scales = TensorDescriptor.from_tensor(index_pool.view(torch.float32)[:, page_size * INDEX_HEAD_DIM // 4:],
-                                          block_shape=[1, block_k])
-    return keys, scales
+    keys, scales = pool_parts(index_pool, page_size)
+    return (TensorDescriptor.from_tensor(keys, block_shape=[1, block_k, INDEX_HEAD_DIM]),
+            TensorDescriptor.from_tensor(scales, block_shape=[1, block_k]))
 
 
 def gluon_decode_runs(device: torch.device, page_size: int = 64) -> bool:
     """Whether decode logits (next_n 1) can take kernels/indexer_gluon.py's kernel here."""
     return indexer_gluon is not None and page_size % indexer_gluon.BLOCK_K == 0 and indexer_gluon.runs_on(device)
+
+
+def gluon_decode_config(device: torch.device, batch: int, max_context_len: int, next_n: int,
+                        page_size: int) -> dict | None:
+    """The Gluon kernel's config where the default path takes it (next_n 1, a large enough grid), else None."""
+    if next_n != 1 or not gluon_decode_runs(device, page_size):
+        return None
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return indexer_gluon.gluon_config(batch, max_context_len, sms)
 
 
 def paged_indexer_logits(
@@ -177,13 +189,11 @@ def paged_indexer_logits(
         raise ValueError(f"index_pool must be contiguous uint8 [pages, {page_size * INDEX_FP8_BYTES}]")
     if n == 0 or max_context_len == 0:
         return torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
-    if config is None and next_n == 1 and gluon_decode_runs(q_fp8.device, page_size):
-        gluon_cfg = indexer_gluon.gluon_config(
-            batch, max_context_len, torch.cuda.get_device_properties(q_fp8.device).multi_processor_count)
-        if gluon_cfg is not None:
-            return indexer_gluon.paged_indexer_logits(q_fp8.contiguous(), weights.contiguous(), index_pool, block_table,
-                                                      lens.to(torch.int32), page_size, max_context_len, clean_logits,
-                                                      gluon_cfg)
+    gluon_cfg = None if config else gluon_decode_config(q_fp8.device, batch, max_context_len, next_n, page_size)
+    if gluon_cfg is not None:
+        return indexer_gluon.paged_indexer_logits(q_fp8.contiguous(), weights.contiguous(),
+                                                  *pool_parts(index_pool, page_size), block_table,
+                                                  lens.to(torch.int32), max_context_len, clean_logits, gluon_cfg)
     out = torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
     cfg = dict(config or paged_config(batch, max_context_len, next_n, page_size=page_size))
     cfg.setdefault("TMA", False)

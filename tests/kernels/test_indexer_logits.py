@@ -103,6 +103,16 @@ def test_gluon_decode_kernel_takes_large_grids_only():
     assert indexer_gluon.gluon_config(32, 4096, 132) is None
 
 
+def test_pool_parts_are_the_keys_and_scales_the_kernels_read():
+    q, w, pool, table, lens = _paged_inputs([37], 1)
+    keys, scales = indexer_logits.pool_parts(pool, PAGE)
+    assert keys.shape == (pool.shape[0], PAGE, 128) and scales.shape == (pool.shape[0], PAGE)
+    page = pool[3]
+    assert torch.equal(keys[3].view(torch.uint8).reshape(-1), page[: PAGE * 128])
+    assert torch.equal(scales[3], page[PAGE * 128:].view(torch.float32))
+    assert indexer_logits.gluon_decode_config(torch.device("cpu"), 128, 32768, 1, 64) is None
+
+
 def _deepseek_paged_case(next_n, seq=(4999, 1, 3001, 64, 2100)):
     # DeepSeek shapes (64 heads, 64-key pages); lengths off every tile, chunk and page boundary
     page, heads = 64, 64
@@ -126,7 +136,7 @@ def _deepseek_paged_case(next_n, seq=(4999, 1, 3001, 64, 2100)):
 def test_gluon_decode_kernel_equals_the_triton_kernel_on_cuda(chunk, stages, clean):
     max_len = 5000
     q, w, pool, table, lens = _deepseek_paged_case(1)
-    got = indexer_gluon.paged_indexer_logits(q, w, pool, table, lens, 64, max_len, clean,
+    got = indexer_gluon.paged_indexer_logits(q, w, *indexer_logits.pool_parts(pool, 64), table, lens, max_len, clean,
                                              dict(KEYS_PER_PROG=chunk, STAGES=stages))
     cfg = dict(indexer_logits.paged_config(len(lens), max_len, 1, page_size=64), TMA=False)
     want = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, max_len, 1, clean, config=cfg)
@@ -137,8 +147,8 @@ def test_gluon_decode_kernel_equals_the_triton_kernel_on_cuda(chunk, stages, cle
 @pytest.mark.gpu
 def test_decode_logits_take_the_gluon_kernel_on_hopper_and_match_triton():
     batch, ctx = 64, 16384
-    assert indexer_logits.gluon_decode_runs(torch.device("cuda"), 64) == (torch.cuda.get_device_capability() == (9, 0))
-    assert indexer_gluon.gluon_config(batch, ctx, torch.cuda.get_device_properties(0).multi_processor_count)
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    assert (indexer_logits.gluon_decode_config(torch.device("cuda"), batch, ctx, 1, 64) is not None) == hopper
     q, w, pool, table, lens = _deepseek_paged_case(1, seq=[ctx - 3 * i for i in range(batch)])
     got = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, 1)
     cfg = dict(indexer_logits.paged_config(batch, ctx, 1, page_size=64))
