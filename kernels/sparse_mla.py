@@ -24,6 +24,11 @@ from dsa_backend.cache.layout import KV_LORA_RANK, MLA_FP8_BYTES, ROPE_DIM
 from .cache_store import _to_bf16
 from .triton_dot import INTERPRET, dot
 
+try:
+    from . import sparse_mla_gluon
+except (ImportError, AttributeError):  # a Triton without Gluon's Hopper API: the Triton kernel serves
+    sparse_mla_gluon = None
+
 _LOG2E = 1.4426950408889634
 _LN2 = tl.constexpr(0.6931471805599453)  # lse leaves in natural log
 _MERGE_D = 128  # value columns per merge program
@@ -156,13 +161,28 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, num_warps=8, num_stages=1)
 
 
+# Below this many 64-head programs (before split-K) the Triton kernel is the faster one: at batch 1
+# (1-2 programs) 6-9% faster over an FP8 pool, at 32 and more the Gluon kernel is 14-55% faster
+# (H200, docs/PERFORMANCE.md); between them it is not measured.
+GLUON_MIN_PROGRAMS = 16
+
+
+def gluon_runs(q: torch.Tensor, kv_pool: torch.Tensor) -> bool:
+    """Whether kernels/sparse_mla_gluon.py's kernel serves these queries: Hopper, 64-head blocks, and
+    a bf16 pool's rows 16-element aligned (its cp.async copies 16 bytes at a time)."""
+    return (sparse_mla_gluon is not None and q.shape[1] % sparse_mla_gluon.BLOCK_H == 0
+            and (kv_pool.dtype == torch.uint8 or kv_pool.stride(0) % 16 == 0) and sparse_mla_gluon.runs_on(q.device))
+
+
 def sparse_mla(
     q: torch.Tensor, kv_pool: torch.Tensor, indices: torch.Tensor, sm_scale: float,
-    config: dict | None = None,
+    config: dict | None = None, gluon: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q [N, H, 576] bf16, kv_pool bf16 [S, 576] or uint8 [S, 656], indices [N, topk] int32.
 
     Returns out [N, H, 512] bf16 and lse [N, H] float32 (natural log, -inf for an empty row).
+    gluon=None takes kernels/sparse_mla_gluon.py's kernel where it runs (gluon_runs) and the grid has
+    GLUON_MIN_PROGRAMS head blocks; of a config it takes only SPLIT.
     """
     n, heads, d_qk = q.shape
     if d_qk != KV_LORA_RANK + ROPE_DIM or q.dtype != torch.bfloat16 or q.stride(-1) != 1:
@@ -175,7 +195,11 @@ def sparse_mla(
     if indices.shape[0] != n or indices.stride(-1) != 1:
         raise ValueError(f"indices must be [N={n}, topk] with unit last stride, got {tuple(indices.shape)}")
     topk = indices.shape[1]
+    if gluon is None:
+        gluon = gluon_runs(q, kv_pool) and n * heads // sparse_mla_gluon.BLOCK_H >= GLUON_MIN_PROGRAMS
     cfg = dict(config or mla_config(n, heads, topk))
+    if gluon:
+        cfg = dict(BLOCK_H=sparse_mla_gluon.BLOCK_H, BLOCK_N=sparse_mla_gluon.BLOCK_N, SPLIT=cfg["SPLIT"])
     split = cfg.pop("SPLIT")
     if heads % cfg["BLOCK_H"]:
         raise ValueError(f"heads ({heads}) must be a multiple of BLOCK_H ({cfg['BLOCK_H']})")
@@ -196,11 +220,15 @@ def sparse_mla(
     if split > 1:
         part = torch.empty(n, split, heads, KV_LORA_RANK, device=q.device, dtype=torch.float32)
         part_lse = torch.empty(n, split, heads, device=q.device, dtype=torch.float32)
-    _sparse_mla_kernel[(n * split * (heads // cfg["BLOCK_H"]),)](
-        q, q.stride(0), q.stride(1), *views, stride_kv, kv_pool.shape[0], indices, indices.stride(0), topk,
-        part, part_lse, sm_scale * _LOG2E, keys_per_split, split,
-        H=heads, FP8=fp8, PARTIAL=split > 1, UPCAST=INTERPRET, **cfg,
-    )
+    if gluon:
+        sparse_mla_gluon.launch(q, views, stride_kv, kv_pool.shape[0], indices, topk, part, part_lse,
+                                sm_scale * _LOG2E, keys_per_split, split, fp8)
+    else:
+        _sparse_mla_kernel[(n * split * (heads // cfg["BLOCK_H"]),)](
+            q, q.stride(0), q.stride(1), *views, stride_kv, kv_pool.shape[0], indices, indices.stride(0), topk,
+            part, part_lse, sm_scale * _LOG2E, keys_per_split, split,
+            H=heads, FP8=fp8, PARTIAL=split > 1, UPCAST=INTERPRET, **cfg,
+        )
     if split > 1:
         _merge_splits_kernel[(n * heads * (KV_LORA_RANK // _MERGE_D),)](
             part, part_lse, out, lse, split, H=heads, SPLITS=triton.next_power_of_2(split), BLOCK_D=_MERGE_D)

@@ -85,3 +85,46 @@ def test_split_below_one_is_refused():
     q = torch.zeros(1, HEADS, 576, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="SPLIT"):
         sparse_mla.sparse_mla(q, _pool(False), _indices(3)[:1], SCALE, config=dict(TILES, SPLIT=0))
+
+
+def test_the_gluon_kernel_is_chosen_for_hopper_grids_only():
+    q, pool = torch.zeros(64, 128, 576, dtype=torch.bfloat16), _pool(True)
+    assert not sparse_mla.gluon_runs(q, pool)  # CPU: the Triton kernel (here under the interpreter)
+    misaligned = torch.zeros(SLOTS, 584, dtype=torch.bfloat16)[:, :576]  # rows 584 elements apart
+    assert misaligned.stride(0) % 16 and not sparse_mla.gluon_runs(q, misaligned)
+    assert sparse_mla.GLUON_MIN_PROGRAMS > 2  # batch 1 (one or two 64-head programs) stays on Triton
+
+
+hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                            reason="the Gluon kernel is sm_90 only")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("heads,topk,split", [(64, 100, 1), (128, 100, 3), (128, 40, 8), (64, 2048, 4), (128, 64, 1)],
+                         ids=["partial-tile", "uneven-splits", "empty-splits", "full-topk", "one-tile"])
+@pytest.mark.parametrize("fp8", [False, True])
+def test_gluon_kernel_matches_the_reference_on_hopper(fp8, heads, topk, split):
+    slots = 300
+    pool = torch.zeros(slots, 656, dtype=torch.uint8) if fp8 else torch.zeros(slots, 576, dtype=torch.bfloat16)
+    cache_store.store_mla(pool, torch.randn(slots, 512), torch.randn(slots, 64), torch.arange(slots))
+    pool = pool.cuda()
+    q = (torch.randn(5, heads, 576, device="cuda") * 2).to(torch.bfloat16)
+    idx = torch.randint(0, slots, (5, topk), device="cuda").int()
+    idx[0, 3:] = -1  # short row
+    idx[1] = -1  # nothing to attend to: output 0, lse -inf
+    idx[2, 7] = slots + 3  # out of range counts as invalid
+    out, lse = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(SPLIT=split), gluon=True)
+    want, want_lse = reference.sparse_mla_ref(q, pool, idx, SCALE)
+    assert relative_error(out.float(), want) < (1e-2 if fp8 else 5e-3)
+    assert torch.equal(torch.isinf(lse), torch.isinf(want_lse))
+    finite = torch.isfinite(want_lse)
+    assert (lse[finite] - want_lse[finite]).abs().max() < (3e-2 if fp8 else 1e-3)
+    assert out[1].abs().max() == 0
+    # and the default path takes it for a large enough grid, with the same result as Triton's kernel
+    q = q.repeat(8, 1, 1)
+    idx = idx.repeat(8, 1)
+    assert sparse_mla.gluon_runs(q, pool) and len(q) * heads // 64 >= sparse_mla.GLUON_MIN_PROGRAMS
+    got, _ = sparse_mla.sparse_mla(q, pool, idx, SCALE)
+    tri, _ = sparse_mla.sparse_mla(q, pool, idx, SCALE, gluon=False)
+    assert relative_error(got.float(), tri.float()) < 1e-3
