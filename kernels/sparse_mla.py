@@ -161,12 +161,6 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, num_warps=8, num_stages=1)
 
 
-# Below this many 64-head programs (before split-K) the Triton kernel is the faster one: at batch 1
-# (1-2 programs) 6-9% faster over an FP8 pool, at 32 and more the Gluon kernel is 14-55% faster
-# (H200, docs/PERFORMANCE.md); between them it is not measured.
-GLUON_MIN_PROGRAMS = 16
-
-
 def gluon_runs(q: torch.Tensor, kv_pool: torch.Tensor) -> bool:
     """Whether kernels/sparse_mla_gluon.py's kernel serves these queries: Hopper, 64-head blocks, and
     a bf16 pool's rows 16-element aligned (its cp.async copies 16 bytes at a time)."""
@@ -181,8 +175,9 @@ def sparse_mla(
     """q [N, H, 576] bf16, kv_pool bf16 [S, 576] or uint8 [S, 656], indices [N, topk] int32.
 
     Returns out [N, H, 512] bf16 and lse [N, H] float32 (natural log, -inf for an empty row).
-    gluon=None takes kernels/sparse_mla_gluon.py's kernel where it runs (gluon_runs) and the grid has
-    GLUON_MIN_PROGRAMS head blocks; of a config it takes only SPLIT.
+    gluon=None takes kernels/sparse_mla_gluon.py's kernel wherever it runs (gluon_runs), at every batch
+    size: at batch 1 the Triton kernel is up to 8% faster, but one kernel for all batches keeps a
+    row's rounding independent of its batch. Of a config the Gluon kernel takes only SPLIT.
     """
     n, heads, d_qk = q.shape
     if d_qk != KV_LORA_RANK + ROPE_DIM or q.dtype != torch.bfloat16 or q.stride(-1) != 1:
@@ -196,7 +191,7 @@ def sparse_mla(
         raise ValueError(f"indices must be [N={n}, topk] with unit last stride, got {tuple(indices.shape)}")
     topk = indices.shape[1]
     if gluon is None:
-        gluon = gluon_runs(q, kv_pool) and n * heads // sparse_mla_gluon.BLOCK_H >= GLUON_MIN_PROGRAMS
+        gluon = gluon_runs(q, kv_pool)
     cfg = dict(config or mla_config(n, heads, topk))
     if gluon:
         cfg = dict(BLOCK_H=sparse_mla_gluon.BLOCK_H, BLOCK_N=sparse_mla_gluon.BLOCK_N, SPLIT=cfg["SPLIT"])
