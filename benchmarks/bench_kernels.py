@@ -395,11 +395,24 @@ def topk_section():
     check(f"topk exact ties batch={batch} ctx={ctx}", exact(logits, lens, table, got))
 
 
-MLA_CONFIGS = [  # tried next to mla_config's choice at batch 128
-    dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2),
-    dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=2),
-    dict(BLOCK_H=32, BLOCK_N=64, num_warps=4, num_stages=1),
-]
+def mla_times(tag: dict, q, kv, idx, flashmla) -> None:
+    """CUDA-graph times of the default sparse MLA path (the Gluon kernel on Hopper), the Triton
+    kernel and FlashMLA (when given) on the same inputs; one row, ratios included."""
+    flops = 2 * q.shape[0] * q.shape[1] * idx.shape[1] * (576 + 512)
+    kernel = "gluon" if sparse_mla.gluon_runs(q, kv) else "triton"
+    ms = bench(lambda: sparse_mla.sparse_mla(q, kv, idx, 576**-0.5))
+    g = bench_graph(lambda: sparse_mla.sparse_mla(q, kv, idx, 576**-0.5))
+    g_tri = bench_graph(lambda: sparse_mla.sparse_mla(q, kv, idx, 576**-0.5, gluon=False))
+    g_fm = None
+    if flashmla is not None:
+        try:
+            g_fm = bench_graph(flashmla)
+        except Exception as exc:  # noqa: BLE001
+            RES["errors"].append(f"flashmla {tag}: {str(exc)[:200]}")
+    row(tag.pop("section"), "sparse mla (default path)", ms, **tag, kernel=kernel, graph_ms=g, triton_graph_ms=g_tri,
+        flashmla_graph_ms=g_fm, TFLOPs_graph=round(flops / g / 1e9) if g else None,
+        default_over_triton_speed=round(g_tri / g, 3) if g and g_tri else None,
+        default_over_fm_speed=round(g_fm / g, 3) if g and g_fm else None)
 
 
 @section("decode")
@@ -419,28 +432,8 @@ def decode():
                     return
                 q = torch.randn(batch, heads, 576, device=DEV).to(torch.bfloat16)
                 idx = torch.randint(0, slots_total, (batch, K), device=DEV).int()
-                flops = 2 * batch * heads * K * (576 + 512)
-                tag = dict(fp8=fp8, heads=heads, batch=batch)
-                sweep = batch == 128 and not OPT.smoke
-                base = sparse_mla.mla_config(batch, heads, K, NUM_SMS)
-                cfgs = [base] + ([dict(base, **c) for c in MLA_CONFIGS] if sweep else [])
-                times = []
-                for cfg in cfgs:
-                    if heads % cfg["BLOCK_H"]:
-                        continue
-                    try:
-                        times.append((bench(lambda: sparse_mla.sparse_mla(q, pool, idx, 576**-0.5, config=cfg)), cfg))
-                    except Exception as exc:  # noqa: BLE001 - a config that does not compile (smem)
-                        RES["errors"].append(f"decode cfg {cfg}: {str(exc)[:150]}")
-                ms, cfg = min(times, key=lambda t: t[0])
-                row("decode", "triton sparse mla", ms, **tag, TFLOPs=round(flops / ms / 1e9), cfg=str(cfg))
-                if fp8 and fm is not None:
-                    try:
-                        ms_f = bench(lambda: dispatch._flashmla_decode(q, pool, idx, 576**-0.5))
-                        row("decode", "flashmla sparse decode", ms_f, **tag, TFLOPs=round(flops / ms_f / 1e9),
-                            ours_over_fm_speed=round(ms_f / ms, 3))
-                    except Exception as exc:  # noqa: BLE001
-                        RES["errors"].append(f"flashmla decode {tag}: {str(exc)[:200]}")
+                flashmla = (lambda: dispatch._flashmla_decode(q, pool, idx, 576**-0.5)) if fp8 and fm else None
+                mla_times(dict(section="decode", fp8=fp8, heads=heads, batch=batch), q, pool, idx, flashmla)
         del pool
 
 
@@ -452,18 +445,9 @@ def prefill():
     for heads in (128, 64):
         q = torch.randn(nq, heads, 576, device=DEV).to(torch.bfloat16)
         idx = torch.randint(0, nk, (nq, K), device=DEV).int()
-        flops = 2 * nq * heads * K * (576 + 512)
-        cfg = dict(sparse_mla.mla_config(nq, heads, K, NUM_SMS))
-        ms = bench(lambda: sparse_mla.sparse_mla(q, kv, idx, 576**-0.5, config=cfg))
-        row("prefill", "triton sparse mla prefill", ms, heads=heads, nq=nq, nk=nk, TFLOPs=round(flops / ms / 1e9))
-        if fm is not None:
-            try:
-                ms_f = bench(lambda: fm.flash_mla_sparse_fwd(q, kv.view(nk, 1, 576), idx.view(nq, 1, K), 576**-0.5, 512,
-                                                             use_legacy=True))
-                row("prefill", "flashmla sparse prefill", ms_f, heads=heads, TFLOPs=round(flops / ms_f / 1e9),
-                    ours_over_fm_speed=round(ms_f / ms, 3))
-            except Exception as exc:  # noqa: BLE001
-                RES["errors"].append(f"flashmla prefill heads={heads}: {str(exc)[:200]}")
+        flashmla = (lambda: fm.flash_mla_sparse_fwd(q, kv.view(nk, 1, 576), idx.view(nq, 1, K), 576**-0.5, 512,
+                                                    use_legacy=True)) if fm else None
+        mla_times(dict(section="prefill", heads=heads, nq=nq, nk=nk), q, kv, idx, flashmla)
     # ragged indexer logits for one causal prefill chunk of nq queries at the end of nk keys
     q8 = torch.randn(nq, 64, 128, device=DEV).to(torch.float8_e4m3fn)
     w = torch.randn(nq, 64, device=DEV)

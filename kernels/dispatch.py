@@ -43,6 +43,7 @@ def available_backends(device: torch.device | str = "cuda") -> dict[str, bool]:
         "deepgemm": cuda and sm in (9, 10) and _library("deep_gemm") is not None,
         "flashmla": cuda and sm in (9, 10) and _library("flash_mla") is not None,
         "gluon_decode_indexer": cuda and _gluon_decode_indexer(device),
+        "gluon_sparse_mla": cuda and _gluon_sparse_mla(device),
     }
 
 
@@ -50,6 +51,12 @@ def _gluon_decode_indexer(device) -> bool:
     from .indexer_logits import gluon_decode_runs  # imports Triton: only asked on CUDA
 
     return gluon_decode_runs(torch.device(device))
+
+
+def _gluon_sparse_mla(device) -> bool:
+    from .sparse_mla import sparse_mla_gluon  # imports Triton: only asked on CUDA
+
+    return sparse_mla_gluon is not None and sparse_mla_gluon.runs_on(torch.device(device))
 
 
 def _choose(t: torch.Tensor, backend: str, library: str | None) -> str:
