@@ -175,10 +175,10 @@ def sparse_mla(
     """q [N, H, 576] bf16, kv_pool bf16 [S, 576] or uint8 [S, 656], indices [N, topk] int32.
 
     Returns out [N, H, 512] bf16 and lse [N, H] float32 (natural log, -inf for an empty row).
-    gluon=None takes kernels/sparse_mla_gluon.py's kernel wherever it runs (gluon_runs), at every batch
-    size: at batch 1 the Triton kernel is 5-10% faster over an FP8 pool, but one kernel for all
-    batches keeps a row's rounding independent of its batch. Of a config the Gluon kernel takes only
-    SPLIT.
+    Without an explicit config (gluon=None), kernels/sparse_mla_gluon.py's kernel runs wherever it
+    can (gluon_runs), at every batch size: at batch 1 the Triton kernel is 5-10% faster over an FP8
+    pool, but one kernel for all batches keeps a row's rounding independent of its batch. An
+    explicit config is the Triton kernel's unless gluon=True, which takes only its SPLIT.
     """
     n, heads, d_qk = q.shape
     if d_qk != KV_LORA_RANK + ROPE_DIM or q.dtype != torch.bfloat16 or q.stride(-1) != 1:
@@ -192,7 +192,7 @@ def sparse_mla(
         raise ValueError(f"indices must be [N={n}, topk] with unit last stride, got {tuple(indices.shape)}")
     topk = indices.shape[1]
     if gluon is None:
-        gluon = gluon_runs(q, kv_pool)
+        gluon = config is None and gluon_runs(q, kv_pool)
     cfg = dict(config or mla_config(n, heads, topk))
     if gluon:
         cfg = dict(BLOCK_H=sparse_mla_gluon.BLOCK_H, BLOCK_N=sparse_mla_gluon.BLOCK_N, SPLIT=cfg["SPLIT"])
