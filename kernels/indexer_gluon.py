@@ -19,10 +19,12 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+    fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from dsa_backend.cache.layout import INDEX_HEAD_DIM
+
+from .gluon_compat import barrier, tma_load
 
 BLOCK_K = 64  # keys per tile: one wgmma M block, and the TMA box inside a page
 D = gl.constexpr(INDEX_HEAD_DIM)
@@ -31,8 +33,8 @@ D = gl.constexpr(INDEX_HEAD_DIM)
 @gluon.jit
 def _issue_tile(keys, scales, bars, k_smem, sc_smem, page, first, stage, PAGE: gl.constexpr):
     mbarrier.expect(bars.index(stage), keys.block_type.nbytes + scales.block_type.nbytes)
-    tma.async_copy_global_to_shared(keys, [page, first % PAGE, 0], bars.index(stage), k_smem.index(stage))
-    tma.async_copy_global_to_shared(scales, [page, first % PAGE], bars.index(stage), sc_smem.index(stage))
+    tma_load(keys, [page, first % PAGE, 0], bars.index(stage), k_smem.index(stage))
+    tma_load(scales, [page, first % PAGE], bars.index(stage), sc_smem.index(stage))
 
 
 @gluon.jit
@@ -72,7 +74,7 @@ def _paged_logits_kernel(
         for i in gl.static_range(STAGES):
             mbarrier.init(bars.index(i), count=1)
         fence_async_shared()
-        gl.thread_barrier()  # q and the barriers are in place for every warp before the first MMA / TMA
+        barrier()  # q and the barriers are in place for every warp before the first MMA / TMA
         bt_row = bt_ptr + tok.to(gl.int64) * stride_bt
         # Tile i lives in stage i % STAGES. The first STAGES tiles are issued now; later ones once
         # the MMA of the tile before them in their stage is done. Tiles past the request's keys
@@ -96,7 +98,7 @@ def _paged_logits_kernel(
             prev = (t - 1) % STAGES
             sc = sc_smem.index(prev).reshape([BLOCK]).load(OUT)
             _score_tile(done, w, sc, start + (t - 1) * BLOCK, length, out_row, limit, BLOCK, OUT)
-            gl.thread_barrier()  # every warp is past tile t - 1's MMA and scales: its stage can be refilled
+            barrier()  # every warp is past tile t - 1's MMA and scales: its stage can be refilled
             if t - 1 + STAGES < N_TILES:
                 _issue_tile(keys, scales, bars, k_smem, sc_smem, page_next, f_next, prev, PAGE)
                 f_next += BLOCK

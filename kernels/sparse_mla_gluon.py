@@ -33,6 +33,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from dsa_backend.cache.layout import MLA_FP8_BYTES as _MLA_FP8_BYTES
 
+from .gluon_compat import barrier, cp_async, reinterpret
+
 MLA_FP8_BYTES = gl.constexpr(_MLA_FP8_BYTES)
 BLOCK_H = 64  # heads per program: the wgmma M dimension
 BLOCK_N = 64  # keys per tile
@@ -54,7 +56,7 @@ def _copy_rows(dst, src_ptr, idx, num_slots, stride, first: gl.constexpr, LAYOUT
     ok = (idx >= 0) & (idx < num_slots)
     row = gl.where(ok, idx, 0).to(gl.int64) * stride
     col = first + gl.arange(0, dst.shape[1], layout=gl.SliceLayout(0, LAYOUT))
-    async_copy.async_copy_global_to_shared(dst, src_ptr + row[:, None] + col[None, :], mask=ok[:, None])
+    cp_async(dst, src_ptr + row[:, None] + col[None, :], mask=ok[:, None])
 
 
 @gluon.jit
@@ -66,7 +68,7 @@ def _dequantize(k_lat, raw, scales, L3: gl.constexpr):
     lat_b = raw.slice(32, 32).load(L3)
     scale_a = scales.slice(0, 32).load(SL)
     scale_b = scales.slice(32, 32).load(SL)
-    gl.thread_barrier()  # every warp holds its raw rows before any bf16 row overwrites them
+    barrier()  # every warp holds its raw rows before any bf16 row overwrites them
     k_lat.slice(0, 32).store(gl.reshape((lat_a.to(gl.float32) * scale_a[:, :, None]).to(gl.bfloat16), [32, 512]))
     k_lat.slice(32, 32).store(gl.reshape((lat_b.to(gl.float32) * scale_b[:, :, None]).to(gl.bfloat16), [32, 512]))
 
@@ -180,11 +182,11 @@ def _single_stream(q_lat, q_rope, k_lat, k_rope, p_smem, raw2, raw3, scales, kv_
     _fetch_tile(0, _tile_entries(idx_row, lo, end, FP8, num_warps), *tiles, FP8, num_warps)
     entries = _tile_entries(idx_row, lo + 64, end, FP8, num_warps)
     async_copy.wait_group(0)
-    gl.thread_barrier()
+    barrier()
     if FP8:
         _dequantize(k_lat.index(0), raw3.index(1), scales, L3)
     fence_async_shared()
-    gl.thread_barrier()
+    barrier()
 
     m_i = gl.full([64], float("-inf"), gl.float32, gl.SliceLayout(1, QK))
     l_i = gl.zeros([64], gl.float32, gl.SliceLayout(1, QK))
@@ -196,19 +198,19 @@ def _single_stream(q_lat, q_rope, k_lat, k_rope, p_smem, raw2, raw3, scales, kv_
         j = lo + t * 64 + gl.arange(0, 64, layout=gl.SliceLayout(0, QK))
         idx = gl.load(idx_row + j, mask=j < end, other=-1)  # the mask's entries load under QK t
         s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))
-        gl.thread_barrier()  # both warpgroups are past QK t and PV t - 1: P and the other key buffer are free
+        barrier()  # both warpgroups are past QK t and PV t - 1: P and the other key buffer are free
         # tile t + 1's copies (entries loaded an iteration ago) run under the softmax and PV t
         _fetch_tile(1 - b, entries, *tiles, FP8, num_warps)
         entries = _tile_entries(idx_row, lo + (t + 2) * 64, end, FP8, num_warps)
         m_i, l_i, acc = _softmax(s, idx, num_slots, scale_log2, m_i, l_i, acc, p_smem)
-        gl.thread_barrier()  # all of P is in place
+        barrier()  # all of P is in place
         acc = warpgroup_mma(p_smem, k_lat.index(b), acc, is_async=True)
         async_copy.wait_group(0)
-        gl.thread_barrier()  # tile t + 1 has landed, from every warp's copies
+        barrier()  # tile t + 1 has landed, from every warp's copies
         if FP8:  # under PV t
             _dequantize(k_lat.index(1 - b), raw3.index(3 - 2 * b), scales, L3)
         fence_async_shared()
-        gl.thread_barrier()  # tile t + 1 is in place for QK t + 1
+        barrier()  # tile t + 1 is in place for QK t + 1
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     _store_output(acc, m_i, l_i, out_ptr, lse_ptr, n, split, num_splits, h0, H, PARTIAL)
 
@@ -230,10 +232,10 @@ def _producer(k_lat, k_rope, raw2, raw3, scales, ready, free, kv_ptr, kv_f32_ptr
         entries = nxt
         async_copy.wait_group(0)
         if FP8:
-            gl.thread_barrier()  # every producer warp's copies have landed
+            barrier()  # every producer warp's copies have landed
             _dequantize(k_lat.index(b), raw3.index(2 * b + 1), scales, L3)
         fence_async_shared()
-        gl.thread_barrier()  # (this warpgroup's barrier) the whole tile is written
+        barrier()  # (this warpgroup's barrier) the whole tile is written
         mbarrier.arrive(ready.index(b), count=1)  # one thread arrives: the barrier counts 1
 
 
@@ -254,11 +256,11 @@ def _consumer(q_lat, q_rope, k_lat, k_rope, p_smem, ready, free, idx_row, lo, en
         mbarrier.wait(ready.index(b), (t // 2) & 1)
         s = _qk(q_lat, q_rope, k_lat.index(b), k_rope.index(b), s_zero)
         s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))
-        gl.thread_barrier()  # (these two warpgroups' barrier) both are past QK t and PV t - 1
+        barrier()  # (these two warpgroups' barrier) both are past QK t and PV t - 1
         if t >= 1:
             mbarrier.arrive(free.index(1 - b), count=1)  # tile t - 1's buffer back to the producer
         m_i, l_i, acc = _softmax(s, idx, num_slots, scale_log2, m_i, l_i, acc, p_smem)
-        gl.thread_barrier()  # all of P is in place
+        barrier()  # all of P is in place
         acc = warpgroup_mma(p_smem, k_lat.index(b), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     _store_output(acc, m_i, l_i, out_ptr, lse_ptr, n, split, num_splits, h0, H, PARTIAL)
@@ -293,8 +295,8 @@ def _sparse_mla_kernel(
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [64, 64], ROPE)
     # FP8: a raw tile lands in the upper half of its key buffer's bytes, its scales beside
     # (half h of buffer b is index 2 b + h of the byte views)
-    raw2 = k_lat._reinterpret(gl.float8e4nv, [4, 64, 512], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    raw3 = k_lat._reinterpret(gl.float8e4nv, [4, 64, 4, 128], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
+    raw2 = reinterpret(k_lat, gl.float8e4nv, [4, 64, 512], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    raw3 = reinterpret(k_lat, gl.float8e4nv, [4, 64, 4, 128], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
     scales = gl.allocate_shared_memory(gl.float32, [64, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     if WARP_SPECIALIZE:
         ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -303,7 +305,7 @@ def _sparse_mla_kernel(
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(free.index(i), count=1)
         fence_async_shared()
-        gl.thread_barrier()
+        barrier()
         gl.warp_specialize([
             (_consumer, (q_lat, q_rope, k_lat, k_rope, p_smem, ready, free, idx_row, lo, end, num_slots, scale_log2,
                          out_ptr, lse_ptr, n, split, num_splits, h0, H, PARTIAL)),

@@ -1,0 +1,60 @@
+"""Compile the Gluon kernels for Hopper (sm_90) with the installed Triton and print, one JSON line
+each, what tests/kernels/test_gluon_compile.py checks. A script of its own: the kernel tests run
+under TRITON_INTERPRET=1, which turns Triton's own library functions into interpreter objects that
+a compilation cannot use, so this runs in a process without it."""
+
+import json
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.runtime.jit import mangle_type
+
+from dsa_kernels import indexer_gluon, sparse_mla_gluon
+
+HOPPER = GPUTarget("cuda", 90, 64)
+
+
+def build(fn, types: dict, constants: dict, aligned: set, num_warps: int):
+    """fn for sm_90, arguments typed by `types` (int32 otherwise), those in `aligned` 16-divisible
+    as the launcher specializes them."""
+    sig = {name: "constexpr" if p.is_constexpr else types.get(name, "i32") for name, p in zip(fn.arg_names, fn.params)}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if name in aligned}
+    return triton.compile(GluonASTSource(fn, sig, dict(constants, num_warps=num_warps), attrs), target=HOPPER,
+                          options=dict(num_warps=num_warps))
+
+
+def sparse_mla(fp8: bool, partial: bool) -> dict:
+    types = dict(q_ptr="*bf16", kv_ptr="*fp8e4nv" if fp8 else "*bf16", kv_f32_ptr="*fp32" if fp8 else "*bf16",
+                 kv_bf16_ptr="*bf16", idx_ptr="*i32", out_ptr="*fp32" if partial else "*bf16", lse_ptr="*fp32",
+                 scale_log2="fp32")
+    aligned = {"q_ptr", "stride_qn", "stride_qh", "kv_ptr", "kv_f32_ptr", "kv_bf16_ptr", "stride_kv", "idx_ptr",
+               "stride_idx", "out_ptr", "lse_ptr"}
+    k = build(sparse_mla_gluon._sparse_mla_kernel, types, dict(H=128, FP8=fp8, PARTIAL=partial, WARP_SPECIALIZE=not fp8),
+              aligned, sparse_mla_gluon.NUM_WARPS)
+    ptx = k.asm["ptx"]
+    return dict(kernel="sparse_mla", fp8=fp8, partial=partial, shared=k.metadata.shared, cp_async="cp.async." in ptx,
+                setmaxnreg="setmaxnreg" in ptx)
+
+
+def decode_indexer() -> dict:
+    key_tiles = TensorDescriptor.from_tensor(torch.empty(4, 64, 128, dtype=torch.float8_e4m3fn), [1, 64, 128],
+                                             gl.NVMMASharedLayout.get_default_for([1, 64, 128], gl.float8e4nv))
+    scale_tiles = TensorDescriptor.from_tensor(torch.empty(4, 64), [1, 64],
+                                               gl.NVMMASharedLayout.get_default_for([1, 64], gl.float32))
+    types = dict(q_ptr="*fp8e4nv", w_ptr="*fp32", keys=mangle_type(key_tiles), scales=mangle_type(scale_tiles),
+                 bt_ptr="*i32", lens_ptr="*i32", out_ptr="*fp32")
+    aligned = {"q_ptr", "w_ptr", "bt_ptr", "stride_bt", "lens_ptr", "out_ptr", "stride_out"}
+    k = build(indexer_gluon._paged_logits_kernel, types,
+              dict(H=64, PAGE=64, BLOCK=64, KEYS_PER_PROG=1024, STAGES=4, CLEAN=True), aligned, 4)
+    return dict(kernel="decode_indexer", shared=k.metadata.shared, tma="cp.async.bulk.tensor" in k.asm["ptx"])
+
+
+if __name__ == "__main__":
+    for fp8 in (True, False):
+        for partial in (False, True):
+            print(json.dumps(sparse_mla(fp8, partial)), flush=True)
+    print(json.dumps(decode_indexer()), flush=True)

@@ -1,0 +1,26 @@
+"""The Gluon kernels build for Hopper (sm_90) with the installed Triton, on a machine without a GPU.
+
+Gluon has no interpreter, so their numerics are tested on the GPU only (the `gpu` tests); what the
+CPU can check is that they still compile with this Triton, whose Gluon API moved after 3.6 (the GPU
+machine's; kernels/gluon_compat.py bridges the two), and that they fit one block's shared memory.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+MAX_SHARED = 232448  # bytes of shared memory one block may have on sm_90
+
+
+def test_gluon_kernels_build_for_hopper():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(Path(__file__).with_name("gluon_build.py"))], env=env,
+                         capture_output=True, text=True, timeout=600)
+    built = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert run.returncode == 0 and len(built) == 5, run.stderr[-3000:]
+    for k in built[:4]:  # sparse MLA: Q, two key buffers and P, one program per SM; gathers by cp.async
+        assert 200 * 1024 < k["shared"] <= MAX_SHARED and k["cp_async"], k
+        assert k["setmaxnreg"] == (not k["fp8"]), k  # bf16 pools: a producer warpgroup, registers reallocated
+    assert built[4]["shared"] <= MAX_SHARED and built[4]["tma"], built[4]  # the decode indexer's TMA copies
