@@ -127,6 +127,7 @@ def _pv_layout():  # PV [64 heads, 512]: each warpgroup 256 value columns
 
 @gluon.jit
 def _qk(q_lat, q_rope, k_lat, k_rope, s_zero):
+    """Issue QK of one tile (the 512 latent dims, then the 64 rope dims into the same accumulator)."""
     s = warpgroup_mma(q_lat, k_lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     return warpgroup_mma(q_rope, k_rope.permute((1, 0)), s, is_async=True)
 
