@@ -22,8 +22,10 @@ except ImportError:  # a Triton without host-side TMA descriptors: every key til
     TensorDescriptor = None
 try:
     from . import indexer_gluon
+    from .gluon_compat import compiles, with_fallback
 except (ImportError, AttributeError):  # a Triton without Gluon's Hopper API: decode stays on the Triton kernel
     indexer_gluon = None
+_GLUON = "the Gluon decode indexer kernel"
 
 from dsa_backend.cache.layout import INDEX_FP8_BYTES, INDEX_HEAD_DIM
 
@@ -148,7 +150,8 @@ def _key_sources(index_pool: torch.Tensor, page_size: int, block_k: int, tma: bo
 
 def gluon_decode_runs(device: torch.device, page_size: int = 64) -> bool:
     """Whether decode logits (next_n 1) can take kernels/indexer_gluon.py's kernel here."""
-    return indexer_gluon is not None and page_size % indexer_gluon.BLOCK_K == 0 and indexer_gluon.runs_on(device)
+    return (indexer_gluon is not None and compiles(_GLUON) and page_size % indexer_gluon.BLOCK_K == 0
+            and indexer_gluon.runs_on(device))
 
 
 def gluon_decode_config(device: torch.device, batch: int, max_context_len: int, next_n: int,
@@ -191,9 +194,14 @@ def paged_indexer_logits(
         return torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
     gluon_cfg = None if config else gluon_decode_config(q_fp8.device, batch, max_context_len, next_n, page_size)
     if gluon_cfg is not None:
-        return indexer_gluon.paged_indexer_logits(q_fp8.contiguous(), weights.contiguous(),
-                                                  *pool_parts(index_pool, page_size), block_table,
-                                                  lens.to(torch.int32), max_context_len, clean_logits, gluon_cfg)
+        return with_fallback(
+            _GLUON,
+            lambda: indexer_gluon.paged_indexer_logits(q_fp8.contiguous(), weights.contiguous(),
+                                                       *pool_parts(index_pool, page_size), block_table,
+                                                       lens.to(torch.int32), max_context_len, clean_logits, gluon_cfg),
+            lambda: paged_indexer_logits(q_fp8, weights, index_pool, block_table, context_lens, page_size,
+                                         max_context_len, next_n, clean_logits,
+                                         config=paged_config(batch, max_context_len, next_n, page_size=page_size)))
     out = torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
     cfg = dict(config or paged_config(batch, max_context_len, next_n, page_size=page_size))
     cfg.setdefault("TMA", False)

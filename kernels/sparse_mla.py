@@ -26,8 +26,10 @@ from .triton_dot import INTERPRET, dot
 
 try:
     from . import sparse_mla_gluon
+    from .gluon_compat import compiles, with_fallback
 except (ImportError, AttributeError):  # a Triton without Gluon's Hopper API: the Triton kernel serves
     sparse_mla_gluon = None
+_GLUON = "the Gluon sparse MLA kernel"
 
 _LOG2E = 1.4426950408889634
 _LN2 = tl.constexpr(0.6931471805599453)  # lse leaves in natural log
@@ -164,7 +166,7 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
 def gluon_runs(q: torch.Tensor, kv_pool: torch.Tensor) -> bool:
     """Whether kernels/sparse_mla_gluon.py's kernel serves these queries: Hopper, 64-head blocks, and
     a bf16 pool's rows 16-element aligned (its cp.async copies 16 bytes at a time)."""
-    return (sparse_mla_gluon is not None and q.shape[1] % sparse_mla_gluon.BLOCK_H == 0
+    return (sparse_mla_gluon is not None and compiles(_GLUON) and q.shape[1] % sparse_mla_gluon.BLOCK_H == 0
             and (kv_pool.dtype == torch.uint8 or kv_pool.stride(0) % 16 == 0) and sparse_mla_gluon.runs_on(q.device))
 
 
@@ -192,7 +194,10 @@ def sparse_mla(
         raise ValueError(f"indices must be [N={n}, topk] with unit last stride, got {tuple(indices.shape)}")
     topk = indices.shape[1]
     if gluon is None:
-        gluon = config is None and gluon_runs(q, kv_pool)
+        if config is None and gluon_runs(q, kv_pool):
+            return with_fallback(_GLUON, lambda: sparse_mla(q, kv_pool, indices, sm_scale, gluon=True),
+                                 lambda: sparse_mla(q, kv_pool, indices, sm_scale, gluon=False))
+        gluon = False
     cfg = dict(config or mla_config(n, heads, topk))
     if gluon:
         cfg = dict(BLOCK_H=sparse_mla_gluon.BLOCK_H, BLOCK_N=sparse_mla_gluon.BLOCK_N, SPLIT=cfg["SPLIT"])

@@ -1,9 +1,12 @@
 """Paged (native next_n) and ragged indexer logits match the float32 reference."""
 
+import logging
+
 import pytest
 import torch
+from triton.compiler.errors import CompilationError
 
-from dsa_kernels import cache_store, indexer_gluon, indexer_logits, reference
+from dsa_kernels import cache_store, gluon_compat, indexer_gluon, indexer_logits, reference
 
 PAGE, HEADS = 16, 8
 SMALL_TILES = dict(BLOCK_K=16, KEYS_PER_PROG=32, num_warps=4, num_stages=1)
@@ -48,6 +51,24 @@ def test_default_config_uses_tma_only_for_next_n_1_on_pages_of_whole_tiles():
     assert indexer_logits.paged_config(128, 32768, 1, page_size=64)["TMA"]
     assert not indexer_logits.paged_config(128, 32768, 1, page_size=16)["TMA"]
     assert not indexer_logits.paged_config(128, 32768, 2, page_size=64)["TMA"]
+
+
+def test_decode_logits_fall_back_to_triton_when_the_gluon_kernel_does_not_compile(monkeypatch, caplog):
+    # as on Hopper with a Triton whose Gluon API the kernel does not match
+    monkeypatch.setattr(gluon_compat, "_BROKEN", set())
+    monkeypatch.setattr(indexer_gluon, "runs_on", lambda device: True)
+    monkeypatch.setattr(indexer_logits, "gluon_decode_config", lambda *args: dict(KEYS_PER_PROG=1024, STAGES=4))
+
+    def does_not_compile(*args):
+        raise CompilationError(None, None, "AttributeError: a Gluon name this Triton renamed")
+
+    monkeypatch.setattr(indexer_gluon, "paged_indexer_logits", does_not_compile)
+    q, w, pool, table, lens = _paged_inputs([37, 70, 5], 1)
+    with caplog.at_level(logging.WARNING):
+        out = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, 96, 1)
+    assert "does not compile" in caplog.text
+    _assert_close(out, reference.paged_indexer_logits_ref(q, w, pool, table, lens, PAGE, 96, 1))
+    assert not indexer_logits.gluon_decode_runs(torch.device("cpu"), 64)  # not tried again in this process
 
 
 def test_a_triton_without_tma_descriptors_gathers_every_tile(monkeypatch):

@@ -4,10 +4,13 @@ The kernel rounds FP8 rows to bf16 after applying their tile scales (as FlashMLA
 FP8 pool scores carry bf16 rounding of K and lse gets a looser bound than over a bf16 pool.
 """
 
+import logging
+
 import pytest
 import torch
+from triton.compiler.errors import CompilationError
 
-from dsa_kernels import cache_store, reference, sparse_mla
+from dsa_kernels import cache_store, gluon_compat, reference, sparse_mla
 
 
 SLOTS, HEADS, TOPK, SCALE = 90, 32, 40, 576**-0.5
@@ -92,6 +95,28 @@ def test_the_gluon_kernel_is_chosen_for_hopper_grids_only():
     assert not sparse_mla.gluon_runs(q, pool)  # CPU: the Triton kernel (here under the interpreter)
     misaligned = torch.zeros(SLOTS, 584, dtype=torch.bfloat16)[:, :576]  # rows 584 elements apart
     assert misaligned.stride(0) % 16 and not sparse_mla.gluon_runs(q, misaligned)
+
+
+def test_a_gluon_kernel_that_does_not_compile_leaves_the_triton_kernel_serving(monkeypatch, caplog):
+    # as on Hopper with a Triton whose Gluon API the kernel does not match
+    monkeypatch.setattr(gluon_compat, "_BROKEN", set())
+    monkeypatch.setattr(sparse_mla.sparse_mla_gluon, "runs_on", lambda device: True)
+
+    def does_not_compile(*args):
+        raise CompilationError(None, None, "AttributeError: a Gluon name this Triton renamed")
+
+    monkeypatch.setattr(sparse_mla.sparse_mla_gluon, "launch", does_not_compile)
+    q = (torch.randn(3, 64, 576) * 2).to(torch.bfloat16)
+    pool, idx = _pool(True), _indices(3)
+    assert sparse_mla.gluon_runs(q, pool)
+    with caplog.at_level(logging.WARNING):
+        out, _ = sparse_mla.sparse_mla(q, pool, idx, SCALE)
+    assert "does not compile" in caplog.text
+    want, _ = reference.sparse_mla_ref(q, pool, idx, SCALE)
+    assert relative_error(out.float(), want) < 1e-2
+    assert not sparse_mla.gluon_runs(q, pool)  # not tried again in this process
+    with pytest.raises(CompilationError):  # asked for by name, it is not replaced
+        sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(SPLIT=1), gluon=True)
 
 
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
