@@ -193,17 +193,14 @@ def sparse_mla(
     if indices.shape[0] != n or indices.stride(-1) != 1:
         raise ValueError(f"indices must be [N={n}, topk] with unit last stride, got {tuple(indices.shape)}")
     topk = indices.shape[1]
-    if gluon is None:
-        if config is None and gluon_runs(q, kv_pool):
-            return with_fallback(_GLUON, lambda: sparse_mla(q, kv_pool, indices, sm_scale, gluon=True),
-                                 lambda: sparse_mla(q, kv_pool, indices, sm_scale, gluon=False))
-        gluon = False
+    chosen = gluon is None  # the default path: a Gluon kernel that does not compile hands over to Triton's
+    if chosen:
+        gluon = config is None and gluon_runs(q, kv_pool)
     cfg = dict(config or mla_config(n, heads, topk))
-    if gluon:
-        cfg = dict(BLOCK_H=sparse_mla_gluon.BLOCK_H, BLOCK_N=sparse_mla_gluon.BLOCK_N, SPLIT=cfg["SPLIT"])
     split = cfg.pop("SPLIT")
-    if heads % cfg["BLOCK_H"]:
-        raise ValueError(f"heads ({heads}) must be a multiple of BLOCK_H ({cfg['BLOCK_H']})")
+    block_h, block_n = (sparse_mla_gluon.BLOCK_H, sparse_mla_gluon.BLOCK_N) if gluon else (cfg["BLOCK_H"], cfg["BLOCK_N"])
+    if heads % block_h:
+        raise ValueError(f"heads ({heads}) must be a multiple of BLOCK_H ({block_h})")
     if split < 1:
         raise ValueError(f"SPLIT must be >= 1, got {split}")
     out = torch.empty(n, heads, KV_LORA_RANK, device=q.device, dtype=torch.bfloat16)
@@ -216,20 +213,29 @@ def sparse_mla(
     else:
         views = (kv_pool, kv_pool, kv_pool)
         stride_kv = kv_pool.stride(0)
-    keys_per_split = triton.cdiv(triton.cdiv(topk, split), cfg["BLOCK_N"]) * cfg["BLOCK_N"]
+    keys_per_split = triton.cdiv(triton.cdiv(topk, split), block_n) * block_n
     part, part_lse = out, lse
     if split > 1:
         part = torch.empty(n, split, heads, KV_LORA_RANK, device=q.device, dtype=torch.float32)
         part_lse = torch.empty(n, split, heads, device=q.device, dtype=torch.float32)
-    if gluon:
-        sparse_mla_gluon.launch(q, views, stride_kv, kv_pool.shape[0], indices, topk, part, part_lse,
-                                sm_scale * _LOG2E, keys_per_split, split, fp8)
-    else:
+
+    def triton_kernel():  # also the Gluon kernel's fallback: mla_config's 64-key tiles divide keys_per_split
         _sparse_mla_kernel[(n * split * (heads // cfg["BLOCK_H"]),)](
             q, q.stride(0), q.stride(1), *views, stride_kv, kv_pool.shape[0], indices, indices.stride(0), topk,
             part, part_lse, sm_scale * _LOG2E, keys_per_split, split,
             H=heads, FP8=fp8, PARTIAL=split > 1, UPCAST=INTERPRET, **cfg,
         )
+
+    def gluon_kernel():
+        sparse_mla_gluon.launch(q, views, stride_kv, kv_pool.shape[0], indices, topk, part, part_lse,
+                                sm_scale * _LOG2E, keys_per_split, split, fp8)
+
+    if not gluon:
+        triton_kernel()
+    elif chosen:
+        with_fallback(_GLUON, gluon_kernel, triton_kernel)
+    else:
+        gluon_kernel()
     if split > 1:
         _merge_splits_kernel[(n * heads * (KV_LORA_RANK // _MERGE_D),)](
             part, part_lse, out, lse, split, H=heads, SPLITS=triton.next_power_of_2(split), BLOCK_D=_MERGE_D)
