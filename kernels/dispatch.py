@@ -54,9 +54,9 @@ def _gluon_decode_indexer(device) -> bool:
 
 
 def _gluon_sparse_mla(device) -> bool:
-    from .sparse_mla import sparse_mla_gluon  # imports Triton: only asked on CUDA
+    from .sparse_mla import gluon_runs_on  # imports Triton: only asked on CUDA
 
-    return sparse_mla_gluon is not None and sparse_mla_gluon.runs_on(torch.device(device))
+    return gluon_runs_on(torch.device(device))
 
 
 def _choose(t: torch.Tensor, backend: str, library: str | None) -> str:

@@ -166,8 +166,13 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
 def gluon_runs(q: torch.Tensor, kv_pool: torch.Tensor) -> bool:
     """Whether kernels/sparse_mla_gluon.py's kernel serves these queries: Hopper, 64-head blocks, and
     a bf16 pool's rows 16-element aligned (its cp.async copies 16 bytes at a time)."""
-    return (sparse_mla_gluon is not None and compiles(_GLUON) and q.shape[1] % sparse_mla_gluon.BLOCK_H == 0
-            and (kv_pool.dtype == torch.uint8 or kv_pool.stride(0) % 16 == 0) and sparse_mla_gluon.runs_on(q.device))
+    return (gluon_runs_on(q.device) and q.shape[1] % sparse_mla_gluon.BLOCK_H == 0
+            and (kv_pool.dtype == torch.uint8 or kv_pool.stride(0) % 16 == 0))
+
+
+def gluon_runs_on(device: torch.device) -> bool:
+    """Whether kernels/sparse_mla_gluon.py's kernel can run on this device with this Triton."""
+    return sparse_mla_gluon is not None and compiles(_GLUON) and sparse_mla_gluon.runs_on(device)
 
 
 def sparse_mla(
