@@ -1,23 +1,25 @@
-"""Sparse MLA on Hopper, in Gluon: tile t + 1's rows copy in (cp.async) while tile t is scored,
-and an FP8 tile is dequantized while the tensor cores run the PV product before it.
+"""Sparse MLA on Hopper, in Gluon: the next key tile is gathered while the tensor cores work on
+this one.
 
 Same contract as kernels/sparse_mla.py, which launches it and shares its split-K merge: one program
-takes 64 heads of one query row over its top-k range, 64 keys per tile. Triton's kernel gathers
-each tile with loads it then waits for; here each tile is gathered by cp.async into the free one of
-two bf16 key buffers during the softmax and PV product of the tile before it, from top-k entries
-loaded an iteration earlier (so issuing the copies waits on nothing). An FP8 tile lands raw
-(512 e4m3 bytes a row) in the upper half of that buffer, then every warp reads its rows into
-registers and writes them back scaled to bf16 over the whole buffer, under the PV product. The two
-warpgroups split QK by keys (32 each) and PV by value columns (256 each), as the MMA layouts below
-say; P crosses between them through shared memory. Q, two key buffers and P take 224 KB, so one
-program runs per SM.
+takes 64 heads of one query row over its top-k range, 64 keys per tile. Shared memory holds Q, two
+bf16 key buffers and P (224 KB), so one program runs per SM. Two schedules, one per pool type:
 
-Two schedules share these pieces. Over an FP8 pool the eight warps do everything in one stream
-(_single_stream). Over a bf16 pool (prefill, and decode over a bf16 cache) a third warpgroup
-gathers (gl.warp_specialize: _producer fills a buffer and signals `ready`, the two MMA warpgroups
-in _consumer give it back through `free`), which measured 8-9% faster there; with FP8 the one
-producer warpgroup, dequantizing a tile alone, was 3% slower than the single stream
-(docs/PERFORMANCE.md).
+- FP8 pool (decode): eight warps in one stream (_single_stream). Tile t + 1 is gathered by
+  cp.async, raw (512 e4m3 bytes a row), into the upper half of the free key buffer during the
+  softmax of tile t, and every warp dequantizes it in place to bf16 under the PV product of tile
+  t. The two warpgroups split QK by keys (32 each) and PV by value columns (256 each); P crosses
+  between them through shared memory. Dequantization is the bottleneck here, so all eight warps
+  share it: a gathering warpgroup of its own, as in the bf16 schedule, measured 10-30% slower
+  (docs/PERFORMANCE.md).
+- bf16 pool (prefill, decode over a bf16 cache): three warpgroups with one job each
+  (gl.warp_specialize). The scorer computes QK of a whole tile (Q read from shared memory once a
+  tile), the online softmax, P and its rows' rescale factors, and P V into value columns 0..255;
+  the second warpgroup adds P V into columns 256..511 while the scorer moves on to the next tile;
+  the gatherer copies tiles in by cp.async. Synchronization is by mbarriers: `ready` / `free` per
+  key buffer (gatherer -> scorer; both MMA warpgroups -> gatherer), `p_ready` / `p_free` for P,
+  and `done` for the scorer's final 1 / l. Each partition passes its own barrier before one of its
+  threads arrives.
 """
 
 from __future__ import annotations
@@ -38,8 +40,39 @@ from .gluon_compat import barrier, cp_async, reinterpret
 MLA_FP8_BYTES = gl.constexpr(_MLA_FP8_BYTES)
 BLOCK_H = 64  # heads per program: the wgmma M dimension
 BLOCK_N = 64  # keys per tile
-NUM_WARPS = 8  # two MMA warpgroups
-PRODUCER_REGS = gl.constexpr(112)  # per thread for the gathering warpgroup; the MMA warpgroups get 192
+# Registers per thread in the bf16 schedule; the scorer gets the rest, 200. ptxas (CUDA 12.8, sm_90)
+# needs at least 160 for the second warpgroup's 64 x 256 accumulator, and with the scorer at 192 it
+# serializes the scorer's wgmma chain (each product waits for the one before).
+SECOND_REGS = gl.constexpr(160)
+GATHER_REGS = gl.constexpr(152)
+
+
+# ---------------------------------------------------------------- layouts and shared pieces
+
+@gluon.constexpr_function
+def _qk_layout(num_warps):  # QK [64 heads, 64 keys]: one warpgroup, or two with 32 keys each
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, num_warps // 4],
+                                     instr_shape=[16, 256 // num_warps, 16])
+
+
+@gluon.constexpr_function
+def _pv_layout(num_warps):  # PV [64 heads, value columns]: each warpgroup 256 columns
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, num_warps // 4], instr_shape=[16, 256, 16])
+
+
+@gluon.constexpr_function
+def _latent_layout(fp8, num_warps):  # a warp per row, 16 bytes a thread
+    return gl.BlockedLayout([1, 16 if fp8 else 8], [1, 32], [num_warps, 1], [1, 0])
+
+
+@gluon.constexpr_function
+def _scale_layout(num_warps):  # a row's four fp32 scales to one thread
+    return gl.BlockedLayout([1, 4], [32, 1], [num_warps, 1], [1, 0])
+
+
+@gluon.constexpr_function
+def _rope_layout(num_warps):  # 64 bf16 rope dims a row
+    return gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
 
 
 @gluon.jit
@@ -60,6 +93,63 @@ def _copy_rows(dst, src_ptr, idx, num_slots, stride, first: gl.constexpr, LAYOUT
 
 
 @gluon.jit
+def _qk(q_lat, q_rope, k_lat, k_rope, s_zero):
+    """Issue QK of one tile (the 512 latent dims, then the 64 rope dims into the same accumulator)."""
+    s = warpgroup_mma(q_lat, k_lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    return warpgroup_mma(q_rope, k_rope.permute((1, 0)), s, is_async=True)
+
+
+@gluon.jit
+def _online_softmax(s, idx, num_slots, scale_log2, m_i, l_i):
+    """One QK tile through the online softmax (log2 domain; invalid entries masked): P, the factor
+    that rescales what came before, and the new running max and sum."""
+    ok = (idx >= 0) & (idx < num_slots)
+    s = gl.where(ok[None, :], s * scale_log2, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing valid yet
+    alpha = gl.exp2(m_i - m_use)
+    p = gl.exp2(s - m_use[:, None])
+    return p, alpha, m_new, l_i * alpha + gl.sum(p, axis=1)
+
+
+@gluon.jit
+def _inverse_sum(l_i):
+    """1 / l per row, 0 for a row that saw no valid entry."""
+    has = l_i > 0
+    return gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0)
+
+
+@gluon.jit
+def _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, c0, H: gl.constexpr, PARTIAL: gl.constexpr,
+                   PV: gl.constexpr):
+    """Value columns c0 .. c0 + width - 1 of the output from acc [64, width] (layout PV) times 1 / l
+    (float32 partials when the top-k range is split)."""
+    h = h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, PV))
+    col = c0 + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, PV))
+    o = acc * gl.convert_layout(inv, gl.SliceLayout(1, PV), assert_trivial=True)[:, None]
+    o_ptr = out_ptr + ((n * num_splits + split) * H + h).to(gl.int64)[:, None] * 512 + col[None, :]
+    if PARTIAL:
+        gl.store(o_ptr, o)
+    else:
+        gl.store(o_ptr, o.to(gl.bfloat16))
+
+
+@gluon.jit
+def _store_lse(m_i, l_i, lse_ptr, n, split, num_splits, h0, H: gl.constexpr, PARTIAL: gl.constexpr,
+               ROWS: gl.constexpr):
+    """Each head's log-sum-exp: base 2 for sparse_mla's merge kernel, natural log otherwise."""
+    has = l_i > 0
+    lse = gl.where(has, m_i + gl.log2(gl.where(has, l_i, 1.0)), float("-inf"))
+    h = h0 + gl.arange(0, 64, layout=ROWS)
+    if PARTIAL:
+        gl.store(lse_ptr + (n * num_splits + split) * H + h, lse)
+    else:
+        gl.store(lse_ptr + n * H + h, lse * 0.6931471805599453)
+
+
+# ---------------------------------------------------------------- FP8 pool: one stream of eight warps
+
+@gluon.jit
 def _dequantize(k_lat, raw, scales, L3: gl.constexpr):
     """Rewrite the raw e4m3 tile in `raw` (which overlaps k_lat) as bf16 rows in k_lat, each 128-wide
     tile times its scale, 32 rows at a time (the PV accumulator holds half the registers)."""
@@ -73,119 +163,43 @@ def _dequantize(k_lat, raw, scales, L3: gl.constexpr):
     k_lat.slice(32, 32).store(gl.reshape((lat_b.to(gl.float32) * scale_b[:, :, None]).to(gl.bfloat16), [32, 512]))
 
 
-@gluon.constexpr_function
-def _latent_layout(fp8, num_warps):  # a warp per row, 16 bytes a thread
-    return gl.BlockedLayout([1, 16 if fp8 else 8], [1, 32], [num_warps, 1], [1, 0])
-
-
-@gluon.constexpr_function
-def _scale_layout(num_warps):  # a row's four fp32 scales to one thread
-    return gl.BlockedLayout([1, 4], [32, 1], [num_warps, 1], [1, 0])
-
-
-@gluon.constexpr_function
-def _rope_layout(num_warps):  # 64 bf16 rope dims a row
-    return gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
-
-
 @gluon.jit
-def _tile_entries(idx_row, j0, end, FP8: gl.constexpr, num_warps: gl.constexpr):
-    """Tile j0's top-k entries in the layouts _fetch_tile copies by."""
-    return (_entries(idx_row, j0, end, _latent_layout(FP8, num_warps)),
+def _tile_entries(idx_row, j0, end, num_warps: gl.constexpr):
+    """Tile j0's top-k entries in the layouts _fetch_fp8_tile copies by."""
+    return (_entries(idx_row, j0, end, _latent_layout(True, num_warps)),
             _entries(idx_row, j0, end, _scale_layout(num_warps)),
             _entries(idx_row, j0, end, _rope_layout(num_warps)))
 
 
 @gluon.jit
-def _fetch_tile(buf, entries, k_lat, k_rope, raw2, scales, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots,
-                FP8: gl.constexpr, num_warps: gl.constexpr):
-    """Start the cp.async copies of a tile (its _tile_entries) into key buffer buf: the latent (raw,
-    for FP8), its scales and the rope dims. One commit group."""
+def _fetch_fp8_tile(buf, entries, k_rope, raw2, scales, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots,
+                    num_warps: gl.constexpr):
+    """Start the cp.async copies of a tile (its _tile_entries) into key buffer buf: the raw latent into
+    the buffer's upper half, its scales, and the rope dims. One commit group."""
     lat_idx, scale_idx, rope_idx = entries
-    LL: gl.constexpr = _latent_layout(FP8, num_warps)
-    LR: gl.constexpr = _rope_layout(num_warps)
-    if FP8:
-        _copy_rows(raw2.index(2 * buf + 1), kv_ptr, lat_idx, num_slots, stride_kv, 0, LL)
-        _copy_rows(scales, kv_f32_ptr, scale_idx, num_slots, MLA_FP8_BYTES // 4, 128, _scale_layout(num_warps))
-        # a constant row stride, so cp.async sees 16-byte aligned rows
-        _copy_rows(k_rope.index(buf), kv_bf16_ptr, rope_idx, num_slots, MLA_FP8_BYTES // 2, 264, LR)
-    else:
-        _copy_rows(k_lat.index(buf), kv_ptr, lat_idx, num_slots, stride_kv, 0, LL)
-        _copy_rows(k_rope.index(buf), kv_ptr, rope_idx, num_slots, stride_kv, 512, LR)
+    _copy_rows(raw2.index(2 * buf + 1), kv_ptr, lat_idx, num_slots, stride_kv, 0, _latent_layout(True, num_warps))
+    _copy_rows(scales, kv_f32_ptr, scale_idx, num_slots, MLA_FP8_BYTES // 4, 128, _scale_layout(num_warps))
+    # a constant row stride, so cp.async sees 16-byte aligned rows
+    _copy_rows(k_rope.index(buf), kv_bf16_ptr, rope_idx, num_slots, MLA_FP8_BYTES // 2, 264, _rope_layout(num_warps))
     async_copy.commit_group()
-
-
-@gluon.constexpr_function
-def _qk_layout():  # QK [64 heads, 64 keys]: each warpgroup 32 keys
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 32, 16])
-
-
-@gluon.constexpr_function
-def _pv_layout():  # PV [64 heads, 512]: each warpgroup 256 value columns
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 256, 16])
-
-
-@gluon.jit
-def _qk(q_lat, q_rope, k_lat, k_rope, s_zero):
-    """Issue QK of one tile (the 512 latent dims, then the 64 rope dims into the same accumulator)."""
-    s = warpgroup_mma(q_lat, k_lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    return warpgroup_mma(q_rope, k_rope.permute((1, 0)), s, is_async=True)
-
-
-@gluon.jit
-def _softmax(s, idx, num_slots, scale_log2, m_i, l_i, acc, p_smem):
-    """Online softmax of one QK tile (log2 domain; invalid entries masked): rescales acc, stores P
-    for the PV product and returns the new running max and sum."""
-    PV: gl.constexpr = _pv_layout()
-    ok = (idx >= 0) & (idx < num_slots)
-    s = gl.where(ok[None, :], s * scale_log2, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, axis=1))
-    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing valid yet
-    alpha = gl.exp2(m_i - m_use)
-    p = gl.exp2(s - m_use[:, None])
-    l_i = l_i * alpha + gl.sum(p, axis=1)
-    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, PV), assert_trivial=True)[:, None]
-    p_smem.store(p.to(gl.bfloat16))
-    fence_async_shared()
-    return m_new, l_i, acc
-
-
-@gluon.jit
-def _store_output(acc, m_i, l_i, out_ptr, lse_ptr, n, split, num_splits, h0, H: gl.constexpr, PARTIAL: gl.constexpr):
-    QK: gl.constexpr = _qk_layout()
-    PV: gl.constexpr = _pv_layout()
-    has = l_i > 0
-    l_safe = gl.where(has, l_i, 1.0)
-    inv = gl.convert_layout(gl.where(has, 1.0 / l_safe, 0.0), gl.SliceLayout(1, PV))
-    lse = gl.where(has, m_i + gl.log2(l_safe), float("-inf"))  # base 2
-    h = h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, PV))
-    o_row = ((n * num_splits + split) * H + h).to(gl.int64)[:, None] * 512 + gl.arange(0, 512, layout=gl.SliceLayout(0, PV))[None, :]
-    hl = h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, QK))
-    if PARTIAL:  # float32 partials and base-2 lse for sparse_mla's merge kernel
-        gl.store(out_ptr + o_row, acc * inv[:, None])
-        gl.store(lse_ptr + (n * num_splits + split) * H + hl, lse)
-    else:
-        gl.store(out_ptr + o_row, (acc * inv[:, None]).to(gl.bfloat16))
-        gl.store(lse_ptr + n * H + hl, lse * 0.6931471805599453)
 
 
 @gluon.jit
 def _single_stream(q_lat, q_rope, k_lat, k_rope, p_smem, raw2, raw3, scales, kv_ptr, kv_f32_ptr, kv_bf16_ptr,
                    stride_kv, num_slots, idx_row, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
-                   H: gl.constexpr, FP8: gl.constexpr, PARTIAL: gl.constexpr, num_warps: gl.constexpr):
-    """All eight warps in one stream: tile t + 1's copies go out after QK t and land (FP8: and are
-    dequantized) under PV t."""
-    QK: gl.constexpr = _qk_layout()
-    PV: gl.constexpr = _pv_layout()
+                   H: gl.constexpr, PARTIAL: gl.constexpr, num_warps: gl.constexpr):
+    """All eight warps in one stream: tile t + 1's copies go out after QK t and land, and are
+    dequantized, under PV t."""
+    QK: gl.constexpr = _qk_layout(num_warps)
+    PV: gl.constexpr = _pv_layout(num_warps)
     # raw e4m3 rows read back for dequantization: a warp per row, 16 bytes a thread
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [1, 4, 8], [num_warps, 1, 1], [2, 1, 0])
-    tiles = (k_lat, k_rope, raw2, scales, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots)
-    _fetch_tile(0, _tile_entries(idx_row, lo, end, FP8, num_warps), *tiles, FP8, num_warps)
-    entries = _tile_entries(idx_row, lo + 64, end, FP8, num_warps)
+    tiles = (k_rope, raw2, scales, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots)
+    _fetch_fp8_tile(0, _tile_entries(idx_row, lo, end, num_warps), *tiles, num_warps)
+    entries = _tile_entries(idx_row, lo + 64, end, num_warps)
     async_copy.wait_group(0)
     barrier()
-    if FP8:
-        _dequantize(k_lat.index(0), raw3.index(1), scales, L3)
+    _dequantize(k_lat.index(0), raw3.index(1), scales, L3)
     fence_async_shared()
     barrier()
 
@@ -201,82 +215,119 @@ def _single_stream(q_lat, q_rope, k_lat, k_rope, p_smem, raw2, raw3, scales, kv_
         s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))
         barrier()  # both warpgroups are past QK t and PV t - 1: P and the other key buffer are free
         # tile t + 1's copies (entries loaded an iteration ago) run under the softmax and PV t
-        _fetch_tile(1 - b, entries, *tiles, FP8, num_warps)
-        entries = _tile_entries(idx_row, lo + (t + 2) * 64, end, FP8, num_warps)
-        m_i, l_i, acc = _softmax(s, idx, num_slots, scale_log2, m_i, l_i, acc, p_smem)
+        _fetch_fp8_tile(1 - b, entries, *tiles, num_warps)
+        entries = _tile_entries(idx_row, lo + (t + 2) * 64, end, num_warps)
+        p, alpha, m_i, l_i = _online_softmax(s, idx, num_slots, scale_log2, m_i, l_i)
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, PV), assert_trivial=True)[:, None]
+        p_smem.store(p.to(gl.bfloat16))
+        fence_async_shared()
         barrier()  # all of P is in place
         acc = warpgroup_mma(p_smem, k_lat.index(b), acc, is_async=True)
         async_copy.wait_group(0)
         barrier()  # tile t + 1 has landed, from every warp's copies
-        if FP8:  # under PV t
-            _dequantize(k_lat.index(1 - b), raw3.index(3 - 2 * b), scales, L3)
+        _dequantize(k_lat.index(1 - b), raw3.index(3 - 2 * b), scales, L3)  # under PV t
         fence_async_shared()
         barrier()  # tile t + 1 is in place for QK t + 1
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    _store_output(acc, m_i, l_i, out_ptr, lse_ptr, n, split, num_splits, h0, H, PARTIAL)
+    _store_columns(acc, _inverse_sum(l_i), out_ptr, n, split, num_splits, h0, 0, H, PARTIAL, PV)
+    _store_lse(m_i, l_i, lse_ptr, n, split, num_splits, h0, H, PARTIAL, gl.SliceLayout(1, QK))
 
+
+# ---------------------------------------------------------------- bf16 pool: three warpgroups
 
 @gluon.jit
-def _producer(k_lat, k_rope, raw2, raw3, scales, ready, free, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots,
-              idx_row, lo, end, FP8: gl.constexpr):
-    """The gathering warpgroup: tile t into buffer t % 2 once the consumers are done with tile t - 2."""
-    PW: gl.constexpr = 4
-    L3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [1, 4, 8], [PW, 1, 1], [2, 1, 0])
-    tiles = (k_lat, k_rope, raw2, scales, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots)
-    entries = _tile_entries(idx_row, lo, end, FP8, PW)
+def _gather(k_lat, k_rope, ready, free, kv_ptr, stride_kv, num_slots, idx_row, lo, end):
+    """The gatherer: tile t copied by cp.async into buffer t % 2 once both MMA warpgroups are done
+    with tile t - 2, from entries loaded a tile earlier."""
+    LL: gl.constexpr = _latent_layout(False, 4)
+    LR: gl.constexpr = _rope_layout(4)
+    lat_idx = _entries(idx_row, lo, end, LL)
+    rope_idx = _entries(idx_row, lo, end, LR)
     for t in range(gl.cdiv(gl.maximum(end - lo, 0), 64)):
         b = t % 2
-        nxt = _tile_entries(idx_row, lo + (t + 1) * 64, end, FP8, PW)
+        lat_next = _entries(idx_row, lo + (t + 1) * 64, end, LL)
+        rope_next = _entries(idx_row, lo + (t + 1) * 64, end, LR)
         if t >= 2:
             mbarrier.wait(free.index(b), (t // 2 - 1) & 1)
-        _fetch_tile(b, entries, *tiles, FP8, PW)
-        entries = nxt
+        _copy_rows(k_lat.index(b), kv_ptr, lat_idx, num_slots, stride_kv, 0, LL)
+        _copy_rows(k_rope.index(b), kv_ptr, rope_idx, num_slots, stride_kv, 512, LR)
+        async_copy.commit_group()
+        lat_idx = lat_next
+        rope_idx = rope_next
         async_copy.wait_group(0)
-        if FP8:
-            barrier()  # every producer warp's copies have landed
-            _dequantize(k_lat.index(b), raw3.index(2 * b + 1), scales, L3)
         fence_async_shared()
-        barrier()  # (this warpgroup's barrier) the whole tile is written
-        mbarrier.arrive(ready.index(b), count=1)  # one thread arrives: the barrier counts 1
+        barrier()  # (this warpgroup's barrier) every thread's copies have landed
+        mbarrier.arrive(ready.index(b))
 
 
 @gluon.jit
-def _consumer(q_lat, q_rope, k_lat, k_rope, p_smem, ready, free, idx_row, lo, end, num_slots, scale_log2,
-              out_ptr, lse_ptr, n, split, num_splits, h0, H: gl.constexpr, PARTIAL: gl.constexpr):
-    """The two MMA warpgroups: tile t once `ready`, its buffer handed back after PV t."""
-    QK: gl.constexpr = _qk_layout()
-    PV: gl.constexpr = _pv_layout()
+def _scorer(q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free, p_ready, p_free, done,
+            idx_row, lo, end, num_slots, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
+            H: gl.constexpr, PARTIAL: gl.constexpr):
+    """Warpgroup 0: QK of each whole tile, the online softmax, and value columns 0..255."""
+    QK: gl.constexpr = _qk_layout(4)
+    PV: gl.constexpr = _pv_layout(4)
     m_i = gl.full([64], float("-inf"), gl.float32, gl.SliceLayout(1, QK))
     l_i = gl.zeros([64], gl.float32, gl.SliceLayout(1, QK))
-    acc = warpgroup_mma_init(gl.zeros([64, 512], gl.float32, PV))
+    acc = gl.zeros([64, 256], gl.float32, PV)
     s_zero = gl.zeros([64, 64], gl.float32, QK)
     for t in range(gl.cdiv(gl.maximum(end - lo, 0), 64)):
         b = t % 2
         j = lo + t * 64 + gl.arange(0, 64, layout=gl.SliceLayout(0, QK))
         idx = gl.load(idx_row + j, mask=j < end, other=-1)
         mbarrier.wait(ready.index(b), (t // 2) & 1)
-        s = _qk(q_lat, q_rope, k_lat.index(b), k_rope.index(b), s_zero)
-        s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))
-        barrier()  # (these two warpgroups' barrier) both are past QK t and PV t - 1
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(_qk(q_lat, q_rope, k_lat.index(b), k_rope.index(b), s_zero),))
+        p, alpha, m_i, l_i = _online_softmax(s, idx, num_slots, scale_log2, m_i, l_i)
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, PV), assert_trivial=True)[:, None]
         if t >= 1:
-            mbarrier.arrive(free.index(1 - b), count=1)  # tile t - 1's buffer back to the producer
-        m_i, l_i, acc = _softmax(s, idx, num_slots, scale_log2, m_i, l_i, acc, p_smem)
-        barrier()  # all of P is in place
-        acc = warpgroup_mma(p_smem, k_lat.index(b), acc, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    _store_output(acc, m_i, l_i, out_ptr, lse_ptr, n, split, num_splits, h0, H, PARTIAL)
+            mbarrier.wait(p_free, (t - 1) & 1)  # the second warpgroup is done with P t - 1
+        p_smem.store(p.to(gl.bfloat16))
+        alpha_smem.store(alpha)
+        fence_async_shared()
+        barrier()  # (this warpgroup's barrier) all of P is in place
+        mbarrier.arrive(p_ready)
+        acc = warpgroup_mma(p_smem, k_lat.index(b).slice(0, 256, dim=1), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        barrier()
+        mbarrier.arrive(free.index(b))
+    inv = _inverse_sum(l_i)
+    inv_smem.store(inv)
+    barrier()
+    mbarrier.arrive(done)
+    _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, 0, H, PARTIAL, PV)
+    _store_lse(m_i, l_i, lse_ptr, n, split, num_splits, h0, H, PARTIAL, gl.SliceLayout(1, QK))
 
+
+@gluon.jit
+def _second_half(k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr,
+                 n, split, num_splits, h0, H: gl.constexpr, PARTIAL: gl.constexpr):
+    """Warpgroup 1: value columns 256..511 from the scorer's P, rescaled by its factors."""
+    PV: gl.constexpr = _pv_layout(4)
+    acc = gl.zeros([64, 256], gl.float32, PV)
+    for t in range(gl.cdiv(gl.maximum(end - lo, 0), 64)):
+        mbarrier.wait(p_ready, t & 1)
+        acc = acc * alpha_smem.load(gl.SliceLayout(1, PV))[:, None]
+        acc = warpgroup_mma(p_smem, k_lat.index(t % 2).slice(256, 256, dim=1), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        barrier()
+        mbarrier.arrive(p_free)
+        mbarrier.arrive(free.index(t % 2))
+    mbarrier.wait(done, 0)
+    _store_columns(acc, inv_smem.load(gl.SliceLayout(1, PV)), out_ptr, n, split, num_splits, h0, 256, H, PARTIAL, PV)
+
+
+# ---------------------------------------------------------------- the kernel
 
 @gluon.jit
 def _sparse_mla_kernel(
     q_ptr, stride_qn, stride_qh, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots,
     idx_ptr, stride_idx, topk, out_ptr, lse_ptr, scale_log2, keys_per_split, num_splits,
-    H: gl.constexpr, FP8: gl.constexpr, PARTIAL: gl.constexpr, WARP_SPECIALIZE: gl.constexpr,
-    num_warps: gl.constexpr,
+    H: gl.constexpr, FP8: gl.constexpr, PARTIAL: gl.constexpr, num_warps: gl.constexpr,
 ):
     QL: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
     LAT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 512], gl.bfloat16)
     ROPE: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16)
+    PLAIN: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     pid = gl.program_id(0)
     h0 = (pid % (H // 64)) * 64
     split = pid // (H // 64) % num_splits
@@ -294,29 +345,43 @@ def _sparse_mla_kernel(
     k_lat = gl.allocate_shared_memory(gl.bfloat16, [2, 64, 512], LAT)
     k_rope = gl.allocate_shared_memory(gl.bfloat16, [2, 64, 64], ROPE)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [64, 64], ROPE)
-    # FP8: a raw tile lands in the upper half of its key buffer's bytes, its scales beside
-    # (half h of buffer b is index 2 b + h of the byte views)
-    raw2 = reinterpret(k_lat, gl.float8e4nv, [4, 64, 512], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    raw3 = reinterpret(k_lat, gl.float8e4nv, [4, 64, 4, 128], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
-    scales = gl.allocate_shared_memory(gl.float32, [64, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    if WARP_SPECIALIZE:
-        ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(2):
-            mbarrier.init(ready.index(i), count=1)
-            mbarrier.init(free.index(i), count=1)
-        fence_async_shared()
-        barrier()
-        gl.warp_specialize([
-            (_consumer, (q_lat, q_rope, k_lat, k_rope, p_smem, ready, free, idx_row, lo, end, num_slots, scale_log2,
-                         out_ptr, lse_ptr, n, split, num_splits, h0, H, PARTIAL)),
-            (_producer, (k_lat, k_rope, raw2, raw3, scales, ready, free, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv,
-                         num_slots, idx_row, lo, end, FP8)),
-        ], [4], [PRODUCER_REGS])
-    else:
+    if FP8:
+        # a raw tile lands in the upper half of its key buffer's bytes, its scales beside
+        # (half h of buffer b is index 2 b + h of the byte views)
+        raw2 = reinterpret(k_lat, gl.float8e4nv, [4, 64, 512], PLAIN)
+        raw3 = reinterpret(k_lat, gl.float8e4nv, [4, 64, 4, 128], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
+        scales = gl.allocate_shared_memory(gl.float32, [64, 4], PLAIN)
         _single_stream(q_lat, q_rope, k_lat, k_rope, p_smem, raw2, raw3, scales, kv_ptr, kv_f32_ptr, kv_bf16_ptr,
                        stride_kv, num_slots, idx_row, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
-                       H, FP8, PARTIAL, num_warps)
+                       H, PARTIAL, num_warps)
+    else:
+        # the scorer's per-row rescale factors (each tile) and 1 / l (at the end), for the second warpgroup
+        alpha_smem = gl.allocate_shared_memory(gl.float32, [64], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        inv_smem = gl.allocate_shared_memory(gl.float32, [64], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(free.index(i), count=2)  # both MMA warpgroups give a buffer back
+        mbarrier.init(p_ready, count=1)
+        mbarrier.init(p_free, count=1)
+        mbarrier.init(done, count=1)
+        fence_async_shared()
+        barrier()  # Q and the barriers are in place for every warp
+        # the partitions' arguments written out here: constexprs bound to a name first would reach
+        # them as runtime values
+        gl.warp_specialize([
+            (_scorer, (q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready,
+                       free, p_ready, p_free, done, idx_row, lo, end, num_slots,
+                       scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0, H, PARTIAL)),
+            (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready,
+                            p_free, done, lo, end, out_ptr, n, split, num_splits, h0, H, PARTIAL)),
+            (_gather, (k_lat, k_rope, ready, free, kv_ptr, stride_kv, num_slots, idx_row,
+                       lo, end)),
+        ], [4, 4], [SECOND_REGS, GATHER_REGS])
 
 
 @functools.cache
@@ -325,11 +390,17 @@ def runs_on(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
+def num_warps(fp8: bool) -> int:
+    """Warps of the launch: the single stream's eight, or the scorer's four (the other two
+    warpgroups of the bf16 schedule come on top)."""
+    return 8 if fp8 else 4
+
+
 def launch(q, views, stride_kv, num_slots, indices, topk, part, part_lse, scale_log2, keys_per_split, split, fp8):
     """Start the kernel on sparse_mla's checked arguments; `part` / `part_lse` as there."""
     n, heads, _ = q.shape
     _sparse_mla_kernel[(n * split * (heads // BLOCK_H),)](
         q, q.stride(0), q.stride(1), *views, stride_kv, num_slots, indices, indices.stride(0), topk,
         part, part_lse, scale_log2, keys_per_split, split,
-        H=heads, FP8=fp8, PARTIAL=split > 1, WARP_SPECIALIZE=not fp8, num_warps=NUM_WARPS,
+        H=heads, FP8=fp8, PARTIAL=split > 1, num_warps=num_warps(fp8),
     )

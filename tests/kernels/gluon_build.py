@@ -33,8 +33,8 @@ def sparse_mla(fp8: bool, partial: bool) -> dict:
                  scale_log2="fp32")
     aligned = {"q_ptr", "stride_qn", "stride_qh", "kv_ptr", "kv_f32_ptr", "kv_bf16_ptr", "stride_kv", "idx_ptr",
                "stride_idx", "out_ptr", "lse_ptr"}
-    k = build(sparse_mla_gluon._sparse_mla_kernel, types, dict(H=128, FP8=fp8, PARTIAL=partial, WARP_SPECIALIZE=not fp8),
-              aligned, sparse_mla_gluon.NUM_WARPS)
+    k = build(sparse_mla_gluon._sparse_mla_kernel, types, dict(H=128, FP8=fp8, PARTIAL=partial),
+              aligned, sparse_mla_gluon.num_warps(fp8))
     ptx = k.asm["ptx"]
     return dict(kernel="sparse_mla", fp8=fp8, partial=partial, shared=k.metadata.shared, cp_async="cp.async." in ptx,
                 setmaxnreg="setmaxnreg" in ptx)
