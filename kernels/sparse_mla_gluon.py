@@ -10,7 +10,7 @@ bf16 key buffers and P (224 KB), so one program runs per SM. Two schedules, one 
   softmax of tile t, and every warp dequantizes it in place to bf16 under the PV product of tile
   t. The two warpgroups split QK by keys (32 each) and PV by value columns (256 each); P crosses
   between them through shared memory. Dequantization is the bottleneck here, so all eight warps
-  share it: a gathering warpgroup of its own, as in the bf16 schedule, measured 10-30% slower
+  share it: a gathering warpgroup of its own, as in the bf16 schedule, measured 5-30% slower
   (docs/PERFORMANCE.md).
 - bf16 pool (prefill, decode over a bf16 cache): three warpgroups with one job each
   (gl.warp_specialize). The scorer computes QK of a whole tile (Q read from shared memory once a
@@ -40,9 +40,9 @@ from .gluon_compat import barrier, cp_async, reinterpret
 MLA_FP8_BYTES = gl.constexpr(_MLA_FP8_BYTES)
 BLOCK_H = 64  # heads per program: the wgmma M dimension
 BLOCK_N = 64  # keys per tile
-# Registers per thread in the bf16 schedule; the scorer gets the rest, 200. ptxas (CUDA 12.8, sm_90)
-# needs at least 160 for the second warpgroup's 64 x 256 accumulator, and with the scorer at 192 it
-# serializes the scorer's wgmma chain (each product waits for the one before).
+# Registers per thread in the bf16 schedule; the scorer gets 192. From ptxas 12.8 for sm_90a: with
+# the second warpgroup under 160 it ignores setmaxnreg (C7507), and with the gatherer at 160 too
+# (the three at the full 512) it serializes the scorer's wgmma chain (C7512: 50% slower on the H200).
 SECOND_REGS = gl.constexpr(160)
 GATHER_REGS = gl.constexpr(152)
 
