@@ -6,8 +6,11 @@ each tile's `wgmma` and waits on it at once; here the program issues tile t's MM
 only for tile t - 1's (`warpgroup_mma_wait(num_outstanding=1)`) and runs its relu / weight / head
 sum under the running MMA. Each 64-key tile (inside one page, so page_size % 64 == 0) arrives
 with its 64 scales by two TMA copies on one mbarrier, STAGES tiles ahead; the page id of the next
-tile to issue is loaded an iteration before it is needed. With next_n 2 and 4 this structure
-measured no faster than the Triton kernel (docs/PERFORMANCE.md), so it serves next_n 1 only.
+tile to issue is loaded an iteration before it is needed. The tile loop is unrolled: rolled, ptxas
+serialized the wgmma pipeline (C7514: an accumulator read while an MMA is in flight, across the
+loop's back edge), so the MMA did not in fact run under the scoring. With next_n 2 and 4 the rolled
+structure measured no faster than the Triton kernel (docs/PERFORMANCE.md), so it serves next_n 1
+only.
 """
 
 from __future__ import annotations
@@ -90,7 +93,7 @@ def _paged_logits_kernel(
         zero = gl.zeros([BLOCK, H], gl.float32, MMA)
         mbarrier.wait(bars.index(0), 0)
         acc = warpgroup_mma(k_smem.index(0).reshape([BLOCK, D]), q_t, zero, use_acc=False, is_async=True)
-        for t in range(1, N_TILES):
+        for t in gl.static_range(1, N_TILES):  # unrolled: see the module docstring
             stage = t % STAGES
             mbarrier.wait(bars.index(stage), (t // STAGES) & 1)
             running = warpgroup_mma(k_smem.index(stage).reshape([BLOCK, D]), q_t, zero, use_acc=False, is_async=True)
@@ -124,18 +127,16 @@ def runs_on(device: torch.device) -> bool:
 def gluon_config(batch: int, max_context_len: int, num_sms: int) -> dict | None:
     """Key chunk per program and pipeline depth, or None where the Triton kernel is faster.
 
-    From the H200 sweep in docs/PERFORMANCE.md (next_n 1, CUDA graphs): four stages; about five
-    programs fit an SM (95 registers, 4 warps). One wave of 1024-key programs when it fits
-    (else of 2048), otherwise 1024 keys unless 2048-key programs make eight waves or more; grids
-    under 256 programs (batch 1, short contexts) stay on the Triton kernel."""
-    resident = 5 * num_sms
+    From the H200 measurements in docs/PERFORMANCE.md (next_n 1, CUDA graphs): four stages; four
+    programs fit an SM (106 / 122 registers at 1024 / 2048 keys, 4 warps). One wave of 1024-key
+    programs when it fits, else of 2048, else 1024 keys; grids under 256 programs (batch 1, short
+    contexts) stay on the Triton kernel."""
+    resident = 4 * num_sms
 
     def programs(kpp):
         return batch * triton.cdiv(max_context_len, kpp)
 
-    kpp = next((k for k in (1024, 2048) if programs(k) <= resident), None)
-    if kpp is None:
-        kpp = 2048 if programs(2048) >= 8 * resident else 1024
+    kpp = next((k for k in (1024, 2048) if programs(k) <= resident), 1024)
     if programs(kpp) < 256:
         return None
     return dict(KEYS_PER_PROG=kpp, STAGES=4)

@@ -3,10 +3,17 @@ each, what tests/kernels/test_gluon_compile.py checks. A script of its own: the 
 under TRITON_INTERPRET=1, which turns Triton's own library functions into interpreter objects that
 a compilation cannot use, so this runs in a process without it."""
 
+import contextlib
+import io
 import json
+import os
 
-import torch
-import triton
+# compile afresh and have Triton print ptxas's report, so its performance warnings can be read
+os.environ["TRITON_ALWAYS_COMPILE"] = "1"
+os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
+
+import torch  # noqa: E402
+import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
@@ -20,11 +27,15 @@ HOPPER = GPUTarget("cuda", 90, 64)
 
 def build(fn, types: dict, constants: dict, aligned: set, num_warps: int):
     """fn for sm_90, arguments typed by `types` (int32 otherwise), those in `aligned` 16-divisible
-    as the launcher specializes them."""
+    as the launcher specializes them; and ptxas's "Potential Performance Loss" lines (a wgmma
+    chain serialized, setmaxnreg ignored)."""
     sig = {name: "constexpr" if p.is_constexpr else types.get(name, "i32") for name, p in zip(fn.arg_names, fn.params)}
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if name in aligned}
-    return triton.compile(GluonASTSource(fn, sig, dict(constants, num_warps=num_warps), attrs), target=HOPPER,
-                          options=dict(num_warps=num_warps))
+    report = io.StringIO()
+    with contextlib.redirect_stdout(report):
+        kernel = triton.compile(GluonASTSource(fn, sig, dict(constants, num_warps=num_warps), attrs), target=HOPPER,
+                                options=dict(num_warps=num_warps))
+    return kernel, [line for line in report.getvalue().splitlines() if "Potential Performance Loss" in line]
 
 
 def sparse_mla(fp8: bool, partial: bool) -> dict:
@@ -33,11 +44,11 @@ def sparse_mla(fp8: bool, partial: bool) -> dict:
                  scale_log2="fp32")
     aligned = {"q_ptr", "stride_qn", "stride_qh", "kv_ptr", "kv_f32_ptr", "kv_bf16_ptr", "stride_kv", "idx_ptr",
                "stride_idx", "out_ptr", "lse_ptr"}
-    k = build(sparse_mla_gluon._sparse_mla_kernel, types, dict(H=128, FP8=fp8, PARTIAL=partial),
-              aligned, sparse_mla_gluon.num_warps(fp8))
+    k, warnings = build(sparse_mla_gluon._sparse_mla_kernel, types, dict(H=128, FP8=fp8, PARTIAL=partial),
+                        aligned, sparse_mla_gluon.num_warps(fp8))
     ptx = k.asm["ptx"]
     return dict(kernel="sparse_mla", fp8=fp8, partial=partial, shared=k.metadata.shared, cp_async="cp.async." in ptx,
-                setmaxnreg="setmaxnreg" in ptx)
+                setmaxnreg="setmaxnreg" in ptx, ptxas_warnings=warnings)
 
 
 def decode_indexer() -> dict:
@@ -48,9 +59,10 @@ def decode_indexer() -> dict:
     types = dict(q_ptr="*fp8e4nv", w_ptr="*fp32", keys=mangle_type(key_tiles), scales=mangle_type(scale_tiles),
                  bt_ptr="*i32", lens_ptr="*i32", out_ptr="*fp32")
     aligned = {"q_ptr", "w_ptr", "bt_ptr", "stride_bt", "lens_ptr", "out_ptr", "stride_out"}
-    k = build(indexer_gluon._paged_logits_kernel, types,
-              dict(H=64, PAGE=64, BLOCK=64, KEYS_PER_PROG=1024, STAGES=4, CLEAN=True), aligned, 4)
-    return dict(kernel="decode_indexer", shared=k.metadata.shared, tma="cp.async.bulk.tensor" in k.asm["ptx"])
+    k, warnings = build(indexer_gluon._paged_logits_kernel, types,
+                        dict(H=64, PAGE=64, BLOCK=64, KEYS_PER_PROG=1024, STAGES=4, CLEAN=True), aligned, 4)
+    return dict(kernel="decode_indexer", shared=k.metadata.shared, tma="cp.async.bulk.tensor" in k.asm["ptx"],
+                ptxas_warnings=warnings)
 
 
 if __name__ == "__main__":

@@ -22,5 +22,11 @@ def test_gluon_kernels_build_for_hopper():
     assert run.returncode == 0 and len(built) == 5, run.stderr[-3000:]
     for k in built[:4]:  # sparse MLA: Q, two key buffers and P, one program per SM; gathers by cp.async
         assert 200 * 1024 < k["shared"] <= MAX_SHARED and k["cp_async"], k
-        assert k["setmaxnreg"] == (not k["fp8"]), k  # bf16 pools: a producer warpgroup, registers reallocated
+        assert k["setmaxnreg"] == (not k["fp8"]), k  # bf16 pools: three warpgroups, registers reallocated
     assert built[4]["shared"] <= MAX_SHARED and built[4]["tma"], built[4]  # the decode indexer's TMA copies
+    # ptxas keeps their wgmma pipelines (no "wgmma ... serialized", no "setmaxnreg ignored"): the
+    # decode indexer's MMA runs under the scoring of the tile before, and the bf16 schedule's
+    # register split holds. (The FP8 single stream is serialized, C7515, by this Triton's ptxas
+    # only; the GPU machine's Triton 3.6 compiles it clean.)
+    for k in built[2:]:
+        assert not k["ptxas_warnings"], k

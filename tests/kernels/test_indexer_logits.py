@@ -119,7 +119,7 @@ def test_gluon_decode_kernel_takes_large_grids_only():
     assert not indexer_gluon.runs_on(torch.device("cpu"))
     assert indexer_gluon.gluon_config(128, 32768, 132) == dict(KEYS_PER_PROG=1024, STAGES=4)
     assert indexer_gluon.gluon_config(32, 32768, 132)["KEYS_PER_PROG"] == 2048  # one wave of 2048-key programs
-    assert indexer_gluon.gluon_config(128, 131072, 132)["KEYS_PER_PROG"] == 2048  # eight waves or more
+    assert indexer_gluon.gluon_config(128, 131072, 132)["KEYS_PER_PROG"] == 1024  # no wave fits either
     assert indexer_gluon.gluon_config(1, 32768, 132) is None  # a few programs: the Triton kernel is faster
     assert indexer_gluon.gluon_config(32, 4096, 132) is None
 
