@@ -288,11 +288,11 @@ def _scorer(q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, f
         mbarrier.arrive(p_ready)
         acc = warpgroup_mma(p_smem, k_lat.index(b).slice(0, 256, dim=1), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        barrier()
+        barrier()  # (this warpgroup's barrier) its PV is done with the key buffer
         mbarrier.arrive(free.index(b))
     inv = _inverse_sum(l_i)
     inv_smem.store(inv)
-    barrier()
+    barrier()  # (this warpgroup's barrier) 1 / l is in place for the second warpgroup
     mbarrier.arrive(done)
     _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, 0, H, PARTIAL, PV)
     _store_lse(m_i, l_i, lse_ptr, n, split, num_splits, h0, H, PARTIAL, gl.SliceLayout(1, QK))
@@ -309,7 +309,7 @@ def _second_half(k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, don
         acc = acc * alpha_smem.load(gl.SliceLayout(1, PV))[:, None]
         acc = warpgroup_mma(p_smem, k_lat.index(t % 2).slice(256, 256, dim=1), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        barrier()
+        barrier()  # (this warpgroup's barrier) its PV is done with P and the key buffer
         mbarrier.arrive(p_free)
         mbarrier.arrive(free.index(t % 2))
     mbarrier.wait(done, 0)
