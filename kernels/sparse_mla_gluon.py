@@ -205,31 +205,36 @@ def _single_stream(q_lat, q_rope, k_lat, k_rope, p_smem, raw2, raw3, scales, kv_
 
     m_i = gl.full([64], float("-inf"), gl.float32, gl.SliceLayout(1, QK))
     l_i = gl.zeros([64], gl.float32, gl.SliceLayout(1, QK))
-    acc = warpgroup_mma_init(gl.zeros([64, 512], gl.float32, PV))  # loop-carried as an MMA in flight
     s_zero = gl.zeros([64, 64], gl.float32, QK)
-    for t in range(gl.cdiv(gl.maximum(end - lo, 0), 64)):
-        b = t % 2
-        s = _qk(q_lat, q_rope, k_lat.index(b), k_rope.index(b), s_zero)
-        j = lo + t * 64 + gl.arange(0, 64, layout=gl.SliceLayout(0, QK))
-        idx = gl.load(idx_row + j, mask=j < end, other=-1)  # the mask's entries load under QK t
-        s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))
-        barrier()  # both warpgroups are past QK t and PV t - 1: P and the other key buffer are free
-        # tile t + 1's copies (entries loaded an iteration ago) run under the softmax and PV t
-        _fetch_fp8_tile(1 - b, entries, *tiles, num_warps)
-        entries = _tile_entries(idx_row, lo + (t + 2) * 64, end, num_warps)
-        p, alpha, m_i, l_i = _online_softmax(s, idx, num_slots, scale_log2, m_i, l_i)
-        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, PV), assert_trivial=True)[:, None]
-        p_smem.store(p.to(gl.bfloat16))
-        fence_async_shared()
-        barrier()  # all of P is in place
-        acc = warpgroup_mma(p_smem, k_lat.index(b), acc, is_async=True)
-        async_copy.wait_group(0)
-        barrier()  # tile t + 1 has landed, from every warp's copies
-        _dequantize(k_lat.index(1 - b), raw3.index(3 - 2 * b), scales, L3)  # under PV t
-        fence_async_shared()
-        barrier()  # tile t + 1 is in place for QK t + 1
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    _store_columns(acc, _inverse_sum(l_i), out_ptr, n, split, num_splits, h0, 0, H, PARTIAL, PV)
+    o = gl.zeros([64, 512], gl.float32, PV)
+    n_tiles = gl.cdiv(gl.maximum(end - lo, 0), 64)
+    # the loop and its last wait inside one branch: a zero accumulator reaching that wait around
+    # the loop would make ptxas serialize every wgmma (C7515, seen with Triton 3.9)
+    if n_tiles > 0:
+        acc = warpgroup_mma_init(o)  # loop-carried as an MMA in flight
+        for t in range(n_tiles):
+            b = t % 2
+            s = _qk(q_lat, q_rope, k_lat.index(b), k_rope.index(b), s_zero)
+            j = lo + t * 64 + gl.arange(0, 64, layout=gl.SliceLayout(0, QK))
+            idx = gl.load(idx_row + j, mask=j < end, other=-1)  # the mask's entries load under QK t
+            s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))
+            barrier()  # both warpgroups are past QK t and PV t - 1: P and the other key buffer are free
+            # tile t + 1's copies (entries loaded an iteration ago) run under the softmax and PV t
+            _fetch_fp8_tile(1 - b, entries, *tiles, num_warps)
+            entries = _tile_entries(idx_row, lo + (t + 2) * 64, end, num_warps)
+            p, alpha, m_i, l_i = _online_softmax(s, idx, num_slots, scale_log2, m_i, l_i)
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, PV), assert_trivial=True)[:, None]
+            p_smem.store(p.to(gl.bfloat16))
+            fence_async_shared()
+            barrier()  # all of P is in place
+            acc = warpgroup_mma(p_smem, k_lat.index(b), acc, is_async=True)
+            async_copy.wait_group(0)
+            barrier()  # tile t + 1 has landed, from every warp's copies
+            _dequantize(k_lat.index(1 - b), raw3.index(3 - 2 * b), scales, L3)  # under PV t
+            fence_async_shared()
+            barrier()  # tile t + 1 is in place for QK t + 1
+        o = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    _store_columns(o, _inverse_sum(l_i), out_ptr, n, split, num_splits, h0, 0, H, PARTIAL, PV)
     _store_lse(m_i, l_i, lse_ptr, n, split, num_splits, h0, H, PARTIAL, gl.SliceLayout(1, QK))
 
 
