@@ -2,7 +2,8 @@
 
 Gluon has no interpreter, so their numerics are tested on the GPU only (the `gpu` tests); what the
 CPU can check is that they still compile with this Triton, whose Gluon API moved after 3.6 (the GPU
-machine's; kernels/gluon_compat.py bridges the two), and that they fit one block's shared memory.
+machine's; kernels/gluon_compat.py bridges the two), that they fit one block's shared memory, and
+that ptxas kept their wgmma pipelines (it says when it serializes one, silently slowing the kernel).
 """
 
 import json
