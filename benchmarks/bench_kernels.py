@@ -298,7 +298,7 @@ def indexer():
                 # the default path (no config): Gluon at next_n 1 on Hopper where its grid is large enough
                 g_ours = bench_graph(lambda: indexer_logits.paged_indexer_logits(
                     q, w, pool, table, lens, PAGE, ctx, next_n, clean_logits=False))
-                gluon = indexer_logits.gluon_decode_config(q.device, batch, ctx, next_n, PAGE) is not None
+                gluon = indexer_logits.gluon_paged_config(q.device, batch, ctx, next_n, PAGE) is not None
                 # neither bound can be beaten: reading the keys once, and the e4m3 products at the matmul ceiling
                 floor_ms = max(key_bytes / RES["copy_GBps"] / 1e6,
                                2 * 64 * 128 * next_n * batch * ctx / RES["fp8_matmul_TFLOPs"] / 1e9)

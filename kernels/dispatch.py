@@ -42,15 +42,15 @@ def available_backends(device: torch.device | str = "cuda") -> dict[str, bool]:
         "triton": cuda and _library("triton") is not None,
         "deepgemm": cuda and sm in (9, 10) and _library("deep_gemm") is not None,
         "flashmla": cuda and sm in (9, 10) and _library("flash_mla") is not None,
-        "gluon_decode_indexer": cuda and _gluon_decode_indexer(device),
+        "gluon_paged_indexer": cuda and _gluon_paged_indexer(device),
         "gluon_sparse_mla": cuda and _gluon_sparse_mla(device),
     }
 
 
-def _gluon_decode_indexer(device) -> bool:
-    from .indexer_logits import gluon_decode_runs  # imports Triton: only asked on CUDA
+def _gluon_paged_indexer(device) -> bool:
+    from .indexer_logits import gluon_paged_runs  # imports Triton: only asked on CUDA
 
-    return gluon_decode_runs(torch.device(device))
+    return gluon_paged_runs(torch.device(device))
 
 
 def _gluon_sparse_mla(device) -> bool:

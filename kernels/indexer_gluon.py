@@ -1,16 +1,16 @@
-"""Paged indexer logits for decode (next_n = 1) on Hopper, in Gluon: the MMA of key tile t runs
-while the program scores tile t - 1.
+"""Paged indexer logits for decode, verify and draft-extend (next_n 1, 2, 4) on Hopper, in Gluon:
+the MMA of one key tile runs while the program scores the one before.
 
-Same contract and output as kernels/indexer_logits.py's paged kernel, bit for bit. Triton issues
-each tile's `wgmma` and waits on it at once; here the program issues tile t's MMA, then waits
-only for tile t - 1's (`warpgroup_mma_wait(num_outstanding=1)`) and runs its relu / weight / head
-sum under the running MMA. Each 64-key tile (inside one page, so page_size % 64 == 0) arrives
-with its 64 scales by two TMA copies on one mbarrier, STAGES tiles ahead; the page id of the next
-tile to issue is loaded an iteration before it is needed. The tile loop is unrolled: rolled, ptxas
+Same contract and output as kernels/indexer_logits.py's paged kernel, bit for bit. One program
+walks one request's pages for all of its next_n tokens. Each 64-key tile (inside one page, so
+page_size % 64 == 0) arrives with its 64 scales by two TMA copies on one mbarrier, STAGES tiles
+ahead, and meets the tokens in MMA units of up to two tokens (N = 64 or 128: the accumulator in
+flight and the one being scored fit the registers; next_n 4 takes two units a tile). The program
+issues unit u's `wgmma`, waits only for unit u - 1's (`warpgroup_mma_wait(num_outstanding=1)`)
+and runs its relu / weight / head sum under the running MMA; a tile's stage is refilled as soon
+as its last MMA is done, before that unit is scored. The unit loop is unrolled: rolled, ptxas
 serialized the wgmma pipeline (C7514: an accumulator read while an MMA is in flight, across the
-loop's back edge), so the MMA did not in fact run under the scoring. With next_n 2 and 4 the rolled
-structure measured no faster than the Triton kernel (docs/PERFORMANCE.md), so it serves next_n 1
-only.
+loop's back edge), so the MMA did not in fact run under the scoring.
 """
 
 from __future__ import annotations
@@ -41,36 +41,69 @@ def _issue_tile(keys, scales, bars, k_smem, sc_smem, page, first, stage, PAGE: g
 
 
 @gluon.jit
-def _score_tile(acc, w, sc, first, length, out_row, limit, BLOCK: gl.constexpr, OUT: gl.constexpr):
-    """acc [BLOCK, H] = keys . q per head -> logits of keys first .. first + BLOCK - 1, stored."""
-    y = gl.convert_layout(gl.sum(gl.maximum(acc, 0.0) * w[None, :], axis=1), OUT) * sc
-    pos = first + gl.arange(0, BLOCK, layout=OUT)
-    gl.store(out_row + pos, gl.where(pos < length, y, float("-inf")), mask=pos < limit)
+def _score_unit(acc, w, sc, lens, first, out_rows, stride_out, limit, BLOCK: gl.constexpr, GROUP: gl.constexpr,
+                H: gl.constexpr, STORE: gl.constexpr):
+    """acc [BLOCK, GROUP * H] = keys . q per (token, head) -> the GROUP tokens' logits of keys
+    first .. first + BLOCK - 1, stored; lens [GROUP] are the tokens' own causal lengths."""
+    s = gl.maximum(acc, 0.0) * w[None, :]
+    if GROUP == 1:
+        y = gl.convert_layout(gl.sum(s, axis=1), gl.SliceLayout(1, STORE))[:, None]
+    else:  # the (token, head) columns split in place: a thread's registers hold whole head runs
+        y = gl.convert_layout(gl.sum(gl.reshape(s, [BLOCK, GROUP, H]), axis=2), STORE)
+    y = y * sc[:, None]
+    pos = first + gl.arange(0, BLOCK, layout=gl.SliceLayout(1, STORE))[:, None]
+    row = gl.arange(0, GROUP, layout=gl.SliceLayout(0, STORE))[None, :]
+    gl.store(out_rows + row.to(gl.int64) * stride_out + pos, gl.where(pos < lens[None, :], y, float("-inf")),
+             mask=pos < limit)
+
+
+@gluon.jit
+def _score(acc, w0, w1, sc, lens0, lens1, unit: gl.constexpr, start, out_rows, stride_out, limit,
+           BLOCK: gl.constexpr, GROUP: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr, STORE: gl.constexpr):
+    """Score MMA unit `unit` (tile unit // GROUPS, token group unit % GROUPS); sc: the tile's key scales."""
+    first = start + (unit // GROUPS) * BLOCK
+    rows = out_rows + (unit % GROUPS) * GROUP * stride_out
+    if unit % GROUPS == 0:
+        _score_unit(acc, w0, sc, lens0, first, rows, stride_out, limit, BLOCK, GROUP, H, STORE)
+    else:
+        _score_unit(acc, w1, sc, lens1, first, rows, stride_out, limit, BLOCK, GROUP, H, STORE)
 
 
 @gluon.jit
 def _paged_logits_kernel(
     q_ptr, w_ptr, keys, scales, bt_ptr, stride_bt, lens_ptr, out_ptr, stride_out, max_len,
     H: gl.constexpr, PAGE: gl.constexpr, BLOCK: gl.constexpr, KEYS_PER_PROG: gl.constexpr, STAGES: gl.constexpr,
-    CLEAN: gl.constexpr, num_warps: gl.constexpr,
+    NEXT_N: gl.constexpr, CLEAN: gl.constexpr, num_warps: gl.constexpr,
 ):
+    # each key tile meets the request's NEXT_N tokens in GROUPS MMA units of GROUP tokens
+    GROUP: gl.constexpr = 1 if NEXT_N == 1 else 2
+    GROUPS: gl.constexpr = NEXT_N // GROUP
+    N: gl.constexpr = GROUP * H
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                  instr_shape=[16, H, 32])
-    OUT: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+                                                  instr_shape=[16, N, 32])
+    STORE: gl.constexpr = gl.BlockedLayout([1, GROUP], [32, 1], [num_warps, 1], [0, 1])
+    SCALES: gl.constexpr = gl.SliceLayout(1, STORE)
     QL: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [num_warps, 1], [1, 0])
     N_TILES: gl.constexpr = KEYS_PER_PROG // BLOCK
-    tok = gl.program_id(0)
+    UNITS: gl.constexpr = N_TILES * GROUPS
+    req = gl.program_id(0)
     start = gl.program_id(1) * KEYS_PER_PROG
-    length = gl.load(lens_ptr + tok)
-    out_row = out_ptr + tok.to(gl.int64) * stride_out
+    tok = req * NEXT_N
+    token = gl.arange(0, GROUP, layout=gl.SliceLayout(0, STORE))
+    lens0 = gl.load(lens_ptr + tok + token)
+    lens1 = gl.load(lens_ptr + tok + (GROUPS - 1) * GROUP + token)
+    length = gl.maximum(gl.max(lens0, axis=0), gl.max(lens1, axis=0))  # the page walk's end
+    out_rows = out_ptr + tok.to(gl.int64) * stride_out
     limit = max_len if CLEAN else gl.minimum(length, max_len)  # never past the row, whatever the length
     if start < length:
-        h = gl.arange(0, H, layout=gl.SliceLayout(1, QL))
+        h = gl.arange(0, NEXT_N * H, layout=gl.SliceLayout(1, QL))
         d = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
         q = gl.load(q_ptr + (tok.to(gl.int64) * H + h)[:, None] * D + d[None, :])
-        q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([H, D], gl.float8e4nv)
-        q_smem = gl.allocate_shared_memory(gl.float8e4nv, [H, D], q_layout, q)
-        w = gl.load(w_ptr + tok.to(gl.int64) * H + gl.arange(0, H, layout=gl.SliceLayout(0, MMA)))
+        q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NEXT_N * H, D], gl.float8e4nv)
+        q_smem = gl.allocate_shared_memory(gl.float8e4nv, [NEXT_N * H, D], q_layout, q)
+        col = gl.arange(0, N, layout=gl.SliceLayout(0, MMA))
+        w0 = gl.load(w_ptr + tok.to(gl.int64) * H + col)
+        w1 = gl.load(w_ptr + tok.to(gl.int64) * H + (GROUPS - 1) * N + col)
         k_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, 1, BLOCK, D], keys.layout)
         sc_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK], scales.layout)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -78,9 +111,9 @@ def _paged_logits_kernel(
             mbarrier.init(bars.index(i), count=1)
         fence_async_shared()
         barrier()  # q and the barriers are in place for every warp before the first MMA / TMA
-        bt_row = bt_ptr + tok.to(gl.int64) * stride_bt
+        bt_row = bt_ptr + req.to(gl.int64) * stride_bt
         # Tile i lives in stage i % STAGES. The first STAGES tiles are issued now; later ones once
-        # the MMA of the tile before them in their stage is done. Tiles past the request's keys
+        # every MMA of the tile before them in their stage is done. Tiles past the request's keys
         # read page 0 and are masked at the store.
         for i in gl.static_range(STAGES):
             if i < N_TILES:
@@ -89,33 +122,41 @@ def _paged_logits_kernel(
                             f, i, PAGE)
         f_next = start + STAGES * BLOCK
         page_next = gl.load(bt_row + f_next // PAGE, mask=f_next < length, other=0)
-        q_t = q_smem.permute((1, 0))
-        zero = gl.zeros([BLOCK, H], gl.float32, MMA)
+        zero = gl.zeros([BLOCK, N], gl.float32, MMA)
         mbarrier.wait(bars.index(0), 0)
-        acc = warpgroup_mma(k_smem.index(0).reshape([BLOCK, D]), q_t, zero, use_acc=False, is_async=True)
-        for t in gl.static_range(1, N_TILES):  # unrolled: see the module docstring
+        acc = warpgroup_mma(k_smem.index(0).reshape([BLOCK, D]), q_smem.slice(0, N).permute((1, 0)), zero,
+                            use_acc=False, is_async=True)
+        for u in gl.static_range(1, UNITS):  # unrolled: see the module docstring
+            t = u // GROUPS
             stage = t % STAGES
-            mbarrier.wait(bars.index(stage), (t // STAGES) & 1)
-            running = warpgroup_mma(k_smem.index(stage).reshape([BLOCK, D]), q_t, zero, use_acc=False, is_async=True)
+            if u % GROUPS == 0:
+                mbarrier.wait(bars.index(stage), (t // STAGES) & 1)
+            running = warpgroup_mma(k_smem.index(stage).reshape([BLOCK, D]),
+                                    q_smem.slice((u % GROUPS) * N, N).permute((1, 0)), zero, use_acc=False,
+                                    is_async=True)
             done = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-            prev = (t - 1) % STAGES
-            sc = sc_smem.index(prev).reshape([BLOCK]).load(OUT)
-            _score_tile(done, w, sc, start + (t - 1) * BLOCK, length, out_row, limit, BLOCK, OUT)
-            barrier()  # every warp is past tile t - 1's MMA and scales: its stage can be refilled
-            if t - 1 + STAGES < N_TILES:
-                _issue_tile(keys, scales, bars, k_smem, sc_smem, page_next, f_next, prev, PAGE)
-                f_next += BLOCK
-                page_next = gl.load(bt_row + f_next // PAGE, mask=f_next < length, other=0)
+            sc = sc_smem.index(((u - 1) // GROUPS) % STAGES).reshape([BLOCK]).load(SCALES)
+            if (u - 1) % GROUPS == GROUPS - 1:  # unit u - 1 was tile t - 1's last MMA: refill its stage
+                barrier()  # every warp is past that MMA and has the tile's scales
+                if t - 1 + STAGES < N_TILES:
+                    _issue_tile(keys, scales, bars, k_smem, sc_smem, page_next, f_next, (t - 1) % STAGES, PAGE)
+                    f_next += BLOCK
+                    page_next = gl.load(bt_row + f_next // PAGE, mask=f_next < length, other=0)
+            _score(done, w0, w1, sc, lens0, lens1, u - 1, start, out_rows, stride_out, limit, BLOCK, GROUP, GROUPS, H,
+                   STORE)
             acc = running
         done = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        sc = sc_smem.index((N_TILES - 1) % STAGES).reshape([BLOCK]).load(OUT)
-        _score_tile(done, w, sc, start + (N_TILES - 1) * BLOCK, length, out_row, limit, BLOCK, OUT)
+        sc = sc_smem.index((N_TILES - 1) % STAGES).reshape([BLOCK]).load(SCALES)
+        _score(done, w0, w1, sc, lens0, lens1, UNITS - 1, start, out_rows, stride_out, limit, BLOCK, GROUP, GROUPS, H,
+               STORE)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
     elif CLEAN:
         for k0 in range(0, KEYS_PER_PROG, BLOCK):
-            pos = start + k0 + gl.arange(0, BLOCK, layout=OUT)
-            gl.store(out_row + pos, gl.full([BLOCK], float("-inf"), gl.float32, OUT), mask=pos < max_len)
+            pos = start + k0 + gl.arange(0, BLOCK, layout=gl.SliceLayout(1, STORE))[:, None]
+            row = gl.arange(0, NEXT_N, layout=gl.SliceLayout(0, STORE))[None, :]
+            gl.store(out_rows + row.to(gl.int64) * stride_out + pos,
+                     gl.full([BLOCK, NEXT_N], float("-inf"), gl.float32, STORE), mask=pos < max_len)
 
 
 @functools.cache
@@ -124,27 +165,31 @@ def runs_on(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
-def gluon_config(batch: int, max_context_len: int, num_sms: int) -> dict | None:
-    """Key chunk per program and pipeline depth, or None where the Triton kernel is faster.
+def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) -> dict | None:
+    """Key chunk per program and pipeline depth, or None where the Triton kernel serves.
 
-    From the H200 measurements in docs/PERFORMANCE.md (next_n 1, CUDA graphs): four stages; four
-    programs fit an SM (106 / 122 registers at 1024 / 2048 keys, 4 warps). One wave of 1024-key
-    programs when it fits, else of 2048, else 1024 keys; grids under 256 programs (batch 1, short
-    contexts) stay on the Triton kernel."""
-    resident = 4 * num_sms
-
+    From the H200 measurements in docs/PERFORMANCE.md (CUDA graphs), four stages throughout.
+    next_n 1: four programs fit an SM (110 registers, 4 warps); one wave of 1024-key programs when
+    it fits, else of 2048, else 1024 keys; grids under 256 programs (batch 1, short contexts) stay
+    on the Triton kernel, which is faster there. next_n 2 / 4: two programs an SM (218 / 255
+    registers); 2048 / 1024 keys, halved until every SM has a program (down to 512), else the
+    Triton kernel. next_n 3 has no unit split here and takes the Triton kernel."""
     def programs(kpp):
         return batch * triton.cdiv(max_context_len, kpp)
 
-    kpp = next((k for k in (1024, 2048) if programs(k) <= resident), 1024)
-    if programs(kpp) < 256:
+    if next_n == 1:
+        kpp = next((k for k in (1024, 2048) if programs(k) <= 4 * num_sms), 1024)
+        return dict(KEYS_PER_PROG=kpp, STAGES=4) if programs(kpp) >= 256 else None
+    if next_n not in (2, 4):
         return None
-    return dict(KEYS_PER_PROG=kpp, STAGES=4)
+    kpp = next((k for k in (2048, 1024, 512) if k <= (2048 if next_n == 2 else 1024) and programs(k) >= num_sms),
+               None)
+    return dict(KEYS_PER_PROG=kpp, STAGES=4) if kpp else None
 
 
-def paged_indexer_logits(q_fp8, weights, keys, scales, block_table, context_lens, max_context_len: int,
+def paged_indexer_logits(q_fp8, weights, keys, scales, block_table, context_lens, max_context_len: int, next_n: int,
                          clean_logits: bool, config: dict) -> torch.Tensor:
-    """Arguments as kernels/indexer_logits.paged_indexer_logits with next_n = 1, already checked
+    """Arguments as kernels/indexer_logits.paged_indexer_logits (next_n 1, 2 or 4), already checked
     there; keys [pages, page_size, 128] and scales [pages, page_size] are its pool_parts views."""
     n, heads, _ = q_fp8.shape
     out = torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
@@ -152,9 +197,10 @@ def paged_indexer_logits(q_fp8, weights, keys, scales, block_table, context_lens
         [1, BLOCK_K, INDEX_HEAD_DIM], gl.float8e4nv))
     scale_tiles = TensorDescriptor.from_tensor(scales, [1, BLOCK_K],
                                                gl.NVMMASharedLayout.get_default_for([1, BLOCK_K], gl.float32))
-    grid = (n, triton.cdiv(max_context_len, config["KEYS_PER_PROG"]))
+    grid = (n // next_n, triton.cdiv(max_context_len, config["KEYS_PER_PROG"]))
     _paged_logits_kernel[grid](
         q_fp8, weights, key_tiles, scale_tiles, block_table, block_table.stride(0), context_lens, out, out.stride(0),
-        max_context_len, H=heads, PAGE=keys.shape[1], BLOCK=BLOCK_K, CLEAN=clean_logits, num_warps=4, **config,
+        max_context_len, H=heads, PAGE=keys.shape[1], BLOCK=BLOCK_K, NEXT_N=next_n, CLEAN=clean_logits,
+        num_warps=4, **config,
     )
     return out

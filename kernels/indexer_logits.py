@@ -23,9 +23,9 @@ except ImportError:  # a Triton without host-side TMA descriptors: every key til
 try:
     from . import indexer_gluon
     from .gluon_compat import compiles, with_fallback
-except (ImportError, AttributeError):  # a Triton without Gluon's Hopper API: decode stays on the Triton kernel
+except (ImportError, AttributeError):  # a Triton without Gluon's Hopper API: paged logits stay on the Triton kernel
     indexer_gluon = None
-_GLUON = "the Gluon decode indexer kernel"
+_GLUON = "the Gluon paged indexer kernel"
 
 from dsa_backend.cache.layout import INDEX_FP8_BYTES, INDEX_HEAD_DIM
 
@@ -148,19 +148,20 @@ def _key_sources(index_pool: torch.Tensor, page_size: int, block_k: int, tma: bo
             TensorDescriptor.from_tensor(scales, block_shape=[1, block_k]))
 
 
-def gluon_decode_runs(device: torch.device, page_size: int = 64) -> bool:
-    """Whether decode logits (next_n 1) can take kernels/indexer_gluon.py's kernel here."""
+def gluon_paged_runs(device: torch.device, page_size: int = 64) -> bool:
+    """Whether paged logits can take kernels/indexer_gluon.py's kernel here."""
     return (indexer_gluon is not None and compiles(_GLUON) and page_size % indexer_gluon.BLOCK_K == 0
             and indexer_gluon.runs_on(device))
 
 
-def gluon_decode_config(device: torch.device, batch: int, max_context_len: int, next_n: int,
+def gluon_paged_config(device: torch.device, batch: int, max_context_len: int, next_n: int,
                         page_size: int) -> dict | None:
-    """The Gluon kernel's config where the default path takes it (next_n 1, a large enough grid), else None."""
-    if next_n != 1 or not gluon_decode_runs(device, page_size):
+    """The Gluon kernel's config where the default path takes it (next_n 1, 2, 4 on a large enough
+    grid), else None."""
+    if not gluon_paged_runs(device, page_size):
         return None
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return indexer_gluon.gluon_config(batch, max_context_len, sms)
+    return indexer_gluon.gluon_config(batch, max_context_len, next_n, sms)
 
 
 def paged_indexer_logits(
@@ -173,7 +174,7 @@ def paged_indexer_logits(
     block_table [N // next_n, max_pages] int32 (a per-token [N, ...] table is strided down);
     context_lens [N] or [N, 1] int32, each token's own causal length. clean_logits=False leaves
     columns past the request's longest token unwritten (top-k never reads them). Without an
-    explicit config, decode (next_n 1) on Hopper runs kernels/indexer_gluon.py's kernel where its
+    explicit config, next_n 1, 2 and 4 on Hopper run kernels/indexer_gluon.py's kernel where its
     grid is large enough; the output is the same bit for bit.
     """
     _check_q(q_fp8, weights)
@@ -192,13 +193,14 @@ def paged_indexer_logits(
         raise ValueError(f"index_pool must be contiguous uint8 [pages, {page_size * INDEX_FP8_BYTES}]")
     if n == 0 or max_context_len == 0:
         return torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
-    gluon_cfg = None if config else gluon_decode_config(q_fp8.device, batch, max_context_len, next_n, page_size)
+    gluon_cfg = None if config else gluon_paged_config(q_fp8.device, batch, max_context_len, next_n, page_size)
     if gluon_cfg is not None:
         return with_fallback(
             _GLUON,
             lambda: indexer_gluon.paged_indexer_logits(q_fp8.contiguous(), weights.contiguous(),
                                                        *pool_parts(index_pool, page_size), block_table,
-                                                       lens.to(torch.int32), max_context_len, clean_logits, gluon_cfg),
+                                                       lens.to(torch.int32), max_context_len, next_n, clean_logits,
+                                                       gluon_cfg),
             lambda: paged_indexer_logits(q_fp8, weights, index_pool, block_table, context_lens, page_size,
                                          max_context_len, next_n, clean_logits,
                                          config=paged_config(batch, max_context_len, next_n, page_size=page_size)))

@@ -10,7 +10,7 @@ from dsa_kernels import dispatch, reference
 def test_cpu_uses_the_references_and_needs_no_gpu_library():
     assert dispatch._choose(torch.zeros(1), "auto", "deepgemm") == "reference"
     assert dsa_kernels.available_backends("cpu") == {
-        "reference": True, "triton": False, "deepgemm": False, "flashmla": False, "gluon_decode_indexer": False,
+        "reference": True, "triton": False, "deepgemm": False, "flashmla": False, "gluon_paged_indexer": False,
         "gluon_sparse_mla": False}
 
 

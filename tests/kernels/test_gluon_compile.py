@@ -20,11 +20,12 @@ def test_gluon_kernels_build_for_hopper():
     run = subprocess.run([sys.executable, str(Path(__file__).with_name("gluon_build.py"))], env=env,
                          capture_output=True, text=True, timeout=600)
     built = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-    assert run.returncode == 0 and len(built) == 5, run.stderr[-3000:]
+    assert run.returncode == 0 and len(built) == 7, run.stderr[-3000:]
     for k in built[:4]:  # sparse MLA: Q, two key buffers and P, one program per SM; gathers by cp.async
         assert 200 * 1024 < k["shared"] <= MAX_SHARED and k["cp_async"], k
         assert k["setmaxnreg"] == (not k["fp8"]), k  # bf16 pools: three warpgroups, registers reallocated
-    assert built[4]["shared"] <= MAX_SHARED and built[4]["tma"], built[4]  # the decode indexer's TMA copies
+    for k in built[4:]:  # the decode indexer at next_n 1, 2, 4: TMA copies
+        assert k["shared"] <= MAX_SHARED and k["tma"], k
     # ptxas keeps their wgmma pipelines (no "wgmma ... serialized", no "setmaxnreg ignored"): the
     # decode indexer's MMA runs under the scoring of the tile before, the FP8 single stream's PV
     # under the next tile's dequantization, and the bf16 schedule's register split holds

@@ -57,7 +57,7 @@ def test_decode_logits_fall_back_to_triton_when_the_gluon_kernel_does_not_compil
     # as on Hopper with a Triton whose Gluon API the kernel does not match
     monkeypatch.setattr(gluon_compat, "_BROKEN", set())
     monkeypatch.setattr(indexer_gluon, "runs_on", lambda device: True)
-    monkeypatch.setattr(indexer_logits, "gluon_decode_config", lambda *args: dict(KEYS_PER_PROG=1024, STAGES=4))
+    monkeypatch.setattr(indexer_logits, "gluon_paged_config", lambda *args: dict(KEYS_PER_PROG=1024, STAGES=4))
 
     def does_not_compile(*args):
         raise CompilationError(None, None, "AttributeError: a Gluon name this Triton renamed")
@@ -68,7 +68,7 @@ def test_decode_logits_fall_back_to_triton_when_the_gluon_kernel_does_not_compil
         out = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, 96, 1)
     assert "does not compile" in caplog.text
     _assert_close(out, reference.paged_indexer_logits_ref(q, w, pool, table, lens, PAGE, 96, 1))
-    assert not indexer_logits.gluon_decode_runs(torch.device("cpu"), 64)  # not tried again in this process
+    assert not indexer_logits.gluon_paged_runs(torch.device("cpu"), 64)  # not tried again in this process
 
 
 def test_a_triton_without_tma_descriptors_gathers_every_tile(monkeypatch):
@@ -115,13 +115,19 @@ def test_paged_logits_reject_lengths_that_are_not_one_per_token():
         indexer_logits.paged_indexer_logits(q, w, pool, table, lens[::2], PAGE, 40, 2)
 
 
-def test_gluon_decode_kernel_takes_large_grids_only():
+def test_gluon_paged_kernel_takes_large_grids_only():
     assert not indexer_gluon.runs_on(torch.device("cpu"))
-    assert indexer_gluon.gluon_config(128, 32768, 132) == dict(KEYS_PER_PROG=1024, STAGES=4)
-    assert indexer_gluon.gluon_config(32, 32768, 132)["KEYS_PER_PROG"] == 2048  # one wave of 2048-key programs
-    assert indexer_gluon.gluon_config(128, 131072, 132)["KEYS_PER_PROG"] == 1024  # no wave fits either
-    assert indexer_gluon.gluon_config(1, 32768, 132) is None  # a few programs: the Triton kernel is faster
-    assert indexer_gluon.gluon_config(32, 4096, 132) is None
+    assert indexer_gluon.gluon_config(128, 32768, 1, 132) == dict(KEYS_PER_PROG=1024, STAGES=4)
+    assert indexer_gluon.gluon_config(32, 32768, 1, 132)["KEYS_PER_PROG"] == 2048  # one wave of 2048-key programs
+    assert indexer_gluon.gluon_config(128, 131072, 1, 132)["KEYS_PER_PROG"] == 1024  # no wave fits either
+    assert indexer_gluon.gluon_config(1, 32768, 1, 132) is None  # a few programs: the Triton kernel is faster
+    assert indexer_gluon.gluon_config(32, 4096, 1, 132) is None
+    # next_n 2 / 4: the longest chunk that still gives every SM a program
+    assert indexer_gluon.gluon_config(128, 32768, 2, 132) == dict(KEYS_PER_PROG=2048, STAGES=4)
+    assert indexer_gluon.gluon_config(128, 32768, 4, 132) == dict(KEYS_PER_PROG=1024, STAGES=4)
+    assert indexer_gluon.gluon_config(32, 4096, 2, 132)["KEYS_PER_PROG"] == 512
+    assert indexer_gluon.gluon_config(1, 32768, 2, 132) is None
+    assert indexer_gluon.gluon_config(128, 32768, 3, 132) is None  # no unit split for three tokens
 
 
 def test_pool_parts_are_the_keys_and_scales_the_kernels_read():
@@ -131,7 +137,7 @@ def test_pool_parts_are_the_keys_and_scales_the_kernels_read():
     page = pool[3]
     assert torch.equal(keys[3].view(torch.uint8).reshape(-1), page[: PAGE * 128])
     assert torch.equal(scales[3], page[PAGE * 128:].view(torch.float32))
-    assert indexer_logits.gluon_decode_config(torch.device("cpu"), 128, 32768, 1, 64) is None
+    assert indexer_logits.gluon_paged_config(torch.device("cpu"), 128, 32768, 1, 64) is None
 
 
 def _deepseek_paged_case(next_n, seq=(4999, 1, 3001, 64, 2100)):
@@ -151,29 +157,31 @@ def _deepseek_paged_case(next_n, seq=(4999, 1, 3001, 64, 2100)):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("next_n", [1, 2, 4])
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "unclean"])
-@pytest.mark.parametrize("chunk, stages", [(1024, 4), (2048, 4), (128, 4)],
+@pytest.mark.parametrize("chunk, stages", [(1024, 4), (2048, 3), (128, 4)],
                          ids=["1024", "2048", "fewer-tiles-than-stages"])
-def test_gluon_decode_kernel_equals_the_triton_kernel_on_cuda(chunk, stages, clean):
+def test_gluon_paged_kernel_equals_the_triton_kernel_on_cuda(chunk, stages, clean, next_n):
     max_len = 5000
-    q, w, pool, table, lens = _deepseek_paged_case(1)
-    got = indexer_gluon.paged_indexer_logits(q, w, *indexer_logits.pool_parts(pool, 64), table, lens, max_len, clean,
-                                             dict(KEYS_PER_PROG=chunk, STAGES=stages))
-    cfg = dict(indexer_logits.paged_config(len(lens), max_len, 1, page_size=64), TMA=False)
-    want = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, max_len, 1, clean, config=cfg)
+    q, w, pool, table, lens = _deepseek_paged_case(next_n)
+    got = indexer_gluon.paged_indexer_logits(q, w, *indexer_logits.pool_parts(pool, 64), table, lens, max_len, next_n,
+                                             clean, dict(KEYS_PER_PROG=chunk, STAGES=stages))
+    cfg = dict(indexer_logits.paged_config(len(lens) // next_n, max_len, next_n, page_size=64), TMA=False)
+    want = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, max_len, next_n, clean, config=cfg)
     visible = torch.arange(max_len, device="cuda")[None, :] < (max_len if clean else lens[:, None])
     assert torch.equal(torch.where(visible, got, 0.0), torch.where(visible, want, 0.0))
 
 
 @pytest.mark.gpu
-def test_decode_logits_take_the_gluon_kernel_on_hopper_and_match_triton():
+@pytest.mark.parametrize("next_n", [1, 2, 4])
+def test_paged_logits_take_the_gluon_kernel_on_hopper_and_match_triton(next_n):
     batch, ctx = 64, 16384
     hopper = torch.cuda.get_device_capability() == (9, 0)
-    assert (indexer_logits.gluon_decode_config(torch.device("cuda"), batch, ctx, 1, 64) is not None) == hopper
-    q, w, pool, table, lens = _deepseek_paged_case(1, seq=[ctx - 3 * i for i in range(batch)])
-    got = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, 1)
-    cfg = dict(indexer_logits.paged_config(batch, ctx, 1, page_size=64))
-    assert torch.equal(got, indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, 1, config=cfg))
+    assert (indexer_logits.gluon_paged_config(torch.device("cuda"), batch, ctx, next_n, 64) is not None) == hopper
+    q, w, pool, table, lens = _deepseek_paged_case(next_n, seq=[ctx - 3 * i for i in range(batch)])
+    got = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, next_n)
+    cfg = dict(indexer_logits.paged_config(batch, ctx, next_n, page_size=64))
+    assert torch.equal(got, indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, next_n, config=cfg))
 
 
 @pytest.mark.gpu
