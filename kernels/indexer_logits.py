@@ -155,7 +155,7 @@ def gluon_paged_runs(device: torch.device, page_size: int = 64) -> bool:
 
 
 def gluon_paged_config(device: torch.device, batch: int, max_context_len: int, next_n: int,
-                        page_size: int) -> dict | None:
+                       page_size: int) -> dict | None:
     """The Gluon kernel's config where the default path takes it (next_n 1, 2, 4 on a large enough
     grid), else None."""
     if not gluon_paged_runs(device, page_size):
