@@ -88,11 +88,13 @@ class ServerMetrics:
         self._requests[reason].increment(1)
 
     def engine_stats(self, stats: dict) -> None:
-        self.running.set(stats["running"])
-        self.waiting.set(stats["waiting"])
+        # Pages first: a scrape can land between two sets, and one that reads running == 0 must
+        # then read the page counts of that refresh or a later one, never an earlier one.
         for pool in POOLS:
             self.pages_used[pool].set(stats["kv_pages_total"] - stats["kv_pages_free"])
             self.pages_free[pool].set(stats["kv_pages_free"])
+        self.running.set(stats["running"])
+        self.waiting.set(stats["waiting"])
         # The engine counts retractions since start; the counter takes the increase.
         seen = stats.get("retractions", 0)
         if seen > self._retractions_seen:

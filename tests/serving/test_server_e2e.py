@@ -83,7 +83,8 @@ def test_chat_messages_use_the_chat_template(served):
 
 
 def wait_idle(metric, timeout_s=30.0) -> None:
-    # The gauges are refreshed together, so running == 0 means the page counts are current too.
+    # dsa_llm sets the page gauges before the request counts, so running == 0 means the page
+    # counts read after it are current too.
     deadline = time.monotonic() + timeout_s
     while metric("dsa_requests_running") + metric("dsa_requests_waiting") and time.monotonic() < deadline:
         time.sleep(0.05)
