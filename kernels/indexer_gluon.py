@@ -46,10 +46,8 @@ def _score_unit(acc, w, sc, lens, first, out_rows, stride_out, limit, BLOCK: gl.
     """acc [BLOCK, GROUP * H] = keys . q per (token, head) -> the GROUP tokens' logits of keys
     first .. first + BLOCK - 1, stored; lens [GROUP] are the tokens' own causal lengths."""
     s = gl.maximum(acc, 0.0) * w[None, :]
-    if GROUP == 1:
-        y = gl.convert_layout(gl.sum(s, axis=1), gl.SliceLayout(1, STORE))[:, None]
-    else:  # the (token, head) columns split in place: a thread's registers hold whole head runs
-        y = gl.convert_layout(gl.sum(gl.reshape(s, [BLOCK, GROUP, H]), axis=2), STORE)
+    # the (token, head) columns split in place: a thread's registers hold whole head runs
+    y = gl.convert_layout(gl.sum(gl.reshape(s, [BLOCK, GROUP, H]), axis=2), STORE)
     y = y * sc[:, None]
     pos = first + gl.arange(0, BLOCK, layout=gl.SliceLayout(1, STORE))[:, None]
     row = gl.arange(0, GROUP, layout=gl.SliceLayout(0, STORE))[None, :]
