@@ -41,6 +41,12 @@ def _issue_tile(keys, scales, bars, k_smem, sc_smem, page, first, stage, PAGE: g
 
 
 @gluon.jit
+def _page(first_pages, ahead, i: gl.constexpr, first, length):
+    """Tile i's page from the program's first pages; page 0 for a tile past the request's keys."""
+    return gl.where(first < length, gl.sum(gl.where(ahead == i, first_pages, 0), axis=0), 0)
+
+
+@gluon.jit
 def _score_unit(acc, w, sc, lens, first, out_rows, stride_out, limit, BLOCK: gl.constexpr, GROUP: gl.constexpr,
                 H: gl.constexpr, STORE: gl.constexpr):
     """acc [BLOCK, GROUP * H] = keys . q per (token, head) -> the GROUP tokens' logits of keys
@@ -69,7 +75,7 @@ def _score(acc, w0, w1, sc, lens0, lens1, unit: gl.constexpr, start, out_rows, s
 
 @gluon.jit
 def _paged_logits_kernel(
-    q_ptr, w_ptr, keys, scales, bt_ptr, stride_bt, lens_ptr, out_ptr, stride_out, max_len,
+    q_ptr, w_ptr, keys, scales, bt_ptr, stride_bt, bt_width, lens_ptr, out_ptr, stride_out, max_len,
     H: gl.constexpr, PAGE: gl.constexpr, BLOCK: gl.constexpr, KEYS_PER_PROG: gl.constexpr, STAGES: gl.constexpr,
     NEXT_N: gl.constexpr, CLEAN: gl.constexpr, num_warps: gl.constexpr,
 ):
@@ -87,39 +93,47 @@ def _paged_logits_kernel(
     req = gl.program_id(0)
     start = gl.program_id(1) * KEYS_PER_PROG
     tok = req * NEXT_N
+    # Everything the first MMA needs is loaded at once, before any of it is used: the lengths, q,
+    # the weights and the first STAGES + 1 tiles' pages (masked by the table's width, not by the
+    # lengths, so that these loads do not wait for them): one memory round trip, then the TMAs.
     token = gl.arange(0, GROUP, layout=gl.SliceLayout(0, STORE))
     lens0 = gl.load(lens_ptr + tok + token)
     lens1 = gl.load(lens_ptr + tok + (GROUPS - 1) * GROUP + token)
+    bt_row = bt_ptr + req.to(gl.int64) * stride_bt
+    gl.static_assert(STAGES < 8)
+    ahead = gl.arange(0, 8, layout=gl.BlockedLayout([1], [32], [num_warps], [0]))
+    first_pages = gl.load(bt_row + (start + ahead * BLOCK) // PAGE,
+                          mask=(ahead <= STAGES) & ((start + ahead * BLOCK) // PAGE < bt_width), other=0)
+    h = gl.arange(0, NEXT_N * H, layout=gl.SliceLayout(1, QL))
+    d = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
+    q = gl.load(q_ptr + (tok.to(gl.int64) * H + h)[:, None] * D + d[None, :])
+    col = gl.arange(0, N, layout=gl.SliceLayout(0, MMA))
+    w0 = gl.load(w_ptr + tok.to(gl.int64) * H + col)
+    w1 = gl.load(w_ptr + tok.to(gl.int64) * H + (GROUPS - 1) * N + col)
     length = gl.maximum(gl.max(lens0, axis=0), gl.max(lens1, axis=0))  # the page walk's end
     out_rows = out_ptr + tok.to(gl.int64) * stride_out
     limit = max_len if CLEAN else gl.minimum(length, max_len)  # never past the row, whatever the length
     if start < length:
-        h = gl.arange(0, NEXT_N * H, layout=gl.SliceLayout(1, QL))
-        d = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
-        q = gl.load(q_ptr + (tok.to(gl.int64) * H + h)[:, None] * D + d[None, :])
-        q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NEXT_N * H, D], gl.float8e4nv)
-        q_smem = gl.allocate_shared_memory(gl.float8e4nv, [NEXT_N * H, D], q_layout, q)
-        col = gl.arange(0, N, layout=gl.SliceLayout(0, MMA))
-        w0 = gl.load(w_ptr + tok.to(gl.int64) * H + col)
-        w1 = gl.load(w_ptr + tok.to(gl.int64) * H + (GROUPS - 1) * N + col)
         k_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, 1, BLOCK, D], keys.layout)
         sc_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK], scales.layout)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(bars.index(i), count=1)
         fence_async_shared()
-        barrier()  # q and the barriers are in place for every warp before the first MMA / TMA
-        bt_row = bt_ptr + req.to(gl.int64) * stride_bt
+        barrier()  # the barriers are in place before the first TMA
         # Tile i lives in stage i % STAGES. The first STAGES tiles are issued now; later ones once
         # every MMA of the tile before them in their stage is done. Tiles past the request's keys
         # read page 0 and are masked at the store.
         for i in gl.static_range(STAGES):
             if i < N_TILES:
                 f = start + i * BLOCK
-                _issue_tile(keys, scales, bars, k_smem, sc_smem, gl.load(bt_row + f // PAGE, mask=f < length, other=0),
-                            f, i, PAGE)
+                _issue_tile(keys, scales, bars, k_smem, sc_smem, _page(first_pages, ahead, i, f, length), f, i, PAGE)
         f_next = start + STAGES * BLOCK
-        page_next = gl.load(bt_row + f_next // PAGE, mask=f_next < length, other=0)
+        page_next = _page(first_pages, ahead, STAGES, f_next, length)
+        q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NEXT_N * H, D], gl.float8e4nv)
+        q_smem = gl.allocate_shared_memory(gl.float8e4nv, [NEXT_N * H, D], q_layout, q)
+        fence_async_shared()
+        barrier()  # q is in place for every warp before the first MMA
         zero = gl.zeros([BLOCK, N], gl.float32, MMA)
         mbarrier.wait(bars.index(0), 0)
         acc = warpgroup_mma(k_smem.index(0).reshape([BLOCK, D]), q_smem.slice(0, N).permute((1, 0)), zero,
@@ -197,7 +211,7 @@ def paged_indexer_logits(q_fp8, weights, keys, scales, block_table, context_lens
                                                gl.NVMMASharedLayout.get_default_for([1, BLOCK_K], gl.float32))
     grid = (n // next_n, triton.cdiv(max_context_len, config["KEYS_PER_PROG"]))
     _paged_logits_kernel[grid](
-        q_fp8, weights, key_tiles, scale_tiles, block_table, block_table.stride(0), context_lens, out, out.stride(0),
+        q_fp8, weights, key_tiles, scale_tiles, block_table, block_table.stride(0), block_table.shape[1], context_lens, out, out.stride(0),
         max_context_len, H=heads, PAGE=keys.shape[1], BLOCK=BLOCK_K, NEXT_N=next_n, CLEAN=clean_logits,
         num_warps=4, **config,
     )
