@@ -86,7 +86,7 @@ def _entries(idx_row, j0, end, LAYOUT: gl.constexpr):
 def _copy_rows(dst, src_ptr, idx, num_slots, stride, first: gl.constexpr, LAYOUT: gl.constexpr):
     """cp.async of columns first .. first + width - 1 of the pool rows idx names into dst [64, width];
     src_ptr and stride count dst's elements. Invalid entries (-1, past the slots) land as zeros."""
-    ok = (idx >= 0) & (idx < num_slots)
+    ok = _valid(idx, num_slots)
     row = gl.where(ok, idx, 0).to(gl.int64) * stride
     col = first + gl.arange(0, dst.shape[1], layout=gl.SliceLayout(0, LAYOUT))
     cp_async(dst, src_ptr + row[:, None] + col[None, :], mask=ok[:, None])
@@ -100,10 +100,15 @@ def _qk(q_lat, q_rope, k_lat, k_rope, s_zero):
 
 
 @gluon.jit
-def _online_softmax(s, idx, num_slots, scale_log2, m_i, l_i):
-    """One QK tile through the online softmax (log2 domain; invalid entries masked): P, the factor
+def _valid(idx, num_slots):
+    """Which top-k entries name a pool slot (-1 pads, and nothing past the pool counts)."""
+    return (idx >= 0) & (idx < num_slots)
+
+
+@gluon.jit
+def _online_softmax(s, ok, scale_log2, m_i, l_i):
+    """One QK tile through the online softmax (log2 domain; entries not ok masked): P, the factor
     that rescales what came before, and the new running max and sum."""
-    ok = (idx >= 0) & (idx < num_slots)
     s = gl.where(ok[None, :], s * scale_log2, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=1))
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing valid yet
@@ -228,7 +233,7 @@ def _single_stream(q_lat, q_rope, k_lat, k_rope, p_smem, raw2, raw3, scales, kv_
             # tile t + 1's copies (entries loaded an iteration ago) run under the softmax and PV t
             _fetch_fp8_tile(1 - b, entries, *tiles, num_warps)
             entries = _tile_entries(idx_row, lo + (t + 2) * 64, end, num_warps)
-            p, alpha, m_i, l_i = _online_softmax(s, idx, num_slots, scale_log2, m_i, l_i)
+            p, alpha, m_i, l_i = _online_softmax(s, _valid(idx, num_slots), scale_log2, m_i, l_i)
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, PV), assert_trivial=True)[:, None]
             p_smem.store(p.to(gl.bfloat16))
             fence_async_shared()
@@ -249,9 +254,10 @@ def _single_stream(q_lat, q_rope, k_lat, k_rope, p_smem, raw2, raw3, scales, kv_
 # ---------------------------------------------------------------- bf16 pool: three warpgroups
 
 @gluon.jit
-def _gather(k_lat, k_rope, ready, free, kv_ptr, stride_kv, num_slots, idx_row, lo, end):
+def _gather(k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots, idx_row, lo, end):
     """The gatherer: tile t copied by cp.async into buffer t % 2 once both MMA warpgroups are done
-    with tile t - 2, from entries loaded a tile earlier."""
+    with tile t - 2, from entries loaded a tile earlier; and which of its rows are valid, into
+    valid[t % 2], so that the scorer's mask costs no global load."""
     LL: gl.constexpr = _latent_layout(False, 4)
     LR: gl.constexpr = _rope_layout(4)
     lat_idx = _entries(idx_row, lo, end, LL)
@@ -265,6 +271,7 @@ def _gather(k_lat, k_rope, ready, free, kv_ptr, stride_kv, num_slots, idx_row, l
         _copy_rows(k_lat.index(b), kv_ptr, lat_idx, num_slots, stride_kv, 0, LL)
         _copy_rows(k_rope.index(b), kv_ptr, rope_idx, num_slots, stride_kv, 512, LR)
         async_copy.commit_group()
+        valid.index(b).store(_valid(rope_idx, num_slots).to(gl.int8))
         lat_idx = lat_next
         rope_idx = rope_next
         async_copy.wait_group(0)
@@ -275,7 +282,7 @@ def _gather(k_lat, k_rope, ready, free, kv_ptr, stride_kv, num_slots, idx_row, l
 
 @gluon.jit
 def _scorer(q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free, p_ready, p_free, done,
-            idx_row, lo, end, num_slots, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
+            valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
             H: gl.constexpr, PARTIAL: gl.constexpr):
     """Warpgroup 0: QK of each whole tile, the online softmax, and value columns 0..255."""
     QK: gl.constexpr = _qk_layout(4)
@@ -286,11 +293,11 @@ def _scorer(q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, f
     s_zero = gl.zeros([64, 64], gl.float32, QK)
     for t in range(gl.cdiv(gl.maximum(end - lo, 0), 64)):
         b = t % 2
-        j = lo + t * 64 + gl.arange(0, 64, layout=gl.SliceLayout(0, QK))
-        idx = gl.load(idx_row + j, mask=j < end, other=-1)
         mbarrier.wait(ready.index(b), (t // 2) & 1)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(_qk(q_lat, q_rope, k_lat.index(b), k_rope.index(b), s_zero),))
-        p, alpha, m_i, l_i = _online_softmax(s, idx, num_slots, scale_log2, m_i, l_i)
+        s = _qk(q_lat, q_rope, k_lat.index(b), k_rope.index(b), s_zero)
+        ok = valid.index(b).load(gl.SliceLayout(0, QK)) != 0  # under the QK
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        p, alpha, m_i, l_i = _online_softmax(s, ok, scale_log2, m_i, l_i)
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, PV), assert_trivial=True)[:, None]
         if t >= 1:
             mbarrier.wait(p_free, (t - 1) & 1)  # the second warpgroup is done with P t - 1
@@ -375,6 +382,8 @@ def _sparse_mla_kernel(
         # the scorer's per-row rescale factors (each tile) and 1 / l (at the end), for the second warpgroup
         alpha_smem = gl.allocate_shared_memory(gl.float32, [64], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         inv_smem = gl.allocate_shared_memory(gl.float32, [64], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        # per key buffer, which of its rows hold a valid entry (the gatherer's, for the scorer's mask)
+        valid = gl.allocate_shared_memory(gl.int8, [2, 64], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -392,12 +401,12 @@ def _sparse_mla_kernel(
         # them as runtime values
         gl.warp_specialize([
             (_scorer, (q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready,
-                       free, p_ready, p_free, done, idx_row, lo, end, num_slots,
-                       scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0, H, PARTIAL)),
+                       free, p_ready, p_free, done, valid, lo, end, scale_log2, out_ptr,
+                       lse_ptr, n, split, num_splits, h0, H, PARTIAL)),
             (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready,
                             p_free, done, lo, end, out_ptr, n, split, num_splits, h0, H, PARTIAL)),
-            (_gather, (k_lat, k_rope, ready, free, kv_ptr, stride_kv, num_slots, idx_row,
-                       lo, end)),
+            (_gather, (k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots,
+                       idx_row, lo, end)),
         ], [4, 4], [SECOND_REGS, GATHER_REGS])
 
 
