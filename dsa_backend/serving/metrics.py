@@ -88,8 +88,9 @@ class ServerMetrics:
         self._requests[reason].increment(1)
 
     def engine_stats(self, stats: dict) -> None:
-        # Pages first: a scrape can land between two sets, and one that reads running == 0 must
-        # then read the page counts of that refresh or a later one, never an earlier one.
+        # Pages first, so that a scrape between two sets sees a finished request's pages freed no
+        # later than the request gone. The gauges are separate updates all the same: a scrape on
+        # the CI machine once read running == 0 beside the page count of the refresh before.
         for pool in POOLS:
             self.pages_used[pool].set(stats["kv_pages_total"] - stats["kv_pages_free"])
             self.pages_free[pool].set(stats["kv_pages_free"])

@@ -82,23 +82,32 @@ def test_chat_messages_use_the_chat_template(served):
     assert c.num_input_tokens == 4
 
 
-def wait_idle(metric, timeout_s=30.0) -> None:
-    # dsa_llm sets the page gauges before the request counts, so running == 0 means the page
-    # counts read after it are current too.
+def settle(read, want, timeout_s=30.0):
+    """What read() returns once it equals want, or its last value after timeout_s. dsa_llm sets
+    its gauges one by one (pages first), and a scrape once read running == 0 next to a page
+    count one refresh old (the CI machine, 2026-11-23), so each condition is waited for."""
     deadline = time.monotonic() + timeout_s
-    while metric("dsa_requests_running") + metric("dsa_requests_waiting") and time.monotonic() < deadline:
+    value = read()
+    while value != want and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert metric("dsa_requests_running") + metric("dsa_requests_waiting") == 0
+        value = read()
+    return value
 
 
 def test_cancel_mid_stream_stops_generation_and_frees_pages(served, metric):
-    wait_idle(metric)
-    idle_free = metric("dsa_kv_pages_free", pool="mla")
+    def in_flight():
+        return metric("dsa_requests_running") + metric("dsa_requests_waiting")
+
+    def pages_free():
+        return metric("dsa_kv_pages_free", pool="mla"), metric("dsa_kv_pages_free", pool="indexer")
+
+    assert settle(in_flight, 0) == 0
+    idle = pages_free()
     generated_before = metric("dsa_generation_tokens_total")
     c = generate(served.grpc_url, PROMPTS["english"], 400, temperature=0.0, cancel_after=3, timeout_s=120)
     assert len(c.times) == 3 and not c.final
-    wait_idle(metric)
-    assert metric("dsa_kv_pages_free", pool="mla") == metric("dsa_kv_pages_free", pool="indexer") == idle_free
+    assert settle(in_flight, 0) == 0
+    assert settle(pages_free, idle, timeout_s=10) == idle
     # Tokens made before the abort may still be in the sender's queue; then the count stops.
     settled, deadline = None, time.monotonic() + 10
     while settled != metric("dsa_generation_tokens_total") and time.monotonic() < deadline:
