@@ -211,8 +211,8 @@ def paged_indexer_logits(q_fp8, weights, keys, scales, block_table, context_lens
                                                gl.NVMMASharedLayout.get_default_for([1, BLOCK_K], gl.float32))
     grid = (n // next_n, triton.cdiv(max_context_len, config["KEYS_PER_PROG"]))
     _paged_logits_kernel[grid](
-        q_fp8, weights, key_tiles, scale_tiles, block_table, block_table.stride(0), block_table.shape[1], context_lens, out, out.stride(0),
-        max_context_len, H=heads, PAGE=keys.shape[1], BLOCK=BLOCK_K, NEXT_N=next_n, CLEAN=clean_logits,
-        num_warps=4, **config,
+        q_fp8, weights, key_tiles, scale_tiles, block_table, block_table.stride(0), block_table.shape[1], context_lens,
+        out, out.stride(0), max_context_len, H=heads, PAGE=keys.shape[1], BLOCK=BLOCK_K, NEXT_N=next_n,
+        CLEAN=clean_logits, num_warps=4, **config,
     )
     return out
