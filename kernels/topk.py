@@ -29,6 +29,9 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from .triton_dot import INTERPRET
 
 TRANSFORM_NONE, TRANSFORM_PAGED, TRANSFORM_RAGGED = 0, 1, 2
 
@@ -67,6 +70,15 @@ def topk_config(rows: int, width: int, k: int, num_sms: int) -> TopkConfig:
 @functools.cache
 def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
+@functools.cache
+def _pdl(device: torch.device) -> dict:
+    """Launch options for programmatic dependent launch (Hopper on): each launch may start while
+    the one before it drains, and waits for it (gdc_wait) before reading what it wrote. Three
+    dependent launches in a row paid ~8 us of gaps at batch 32 / 32K (docs/PERFORMANCE.md)."""
+    on = device.type == "cuda" and not INTERPRET and torch.cuda.get_device_capability(device)[0] >= 9
+    return dict(PDL=on, launch_pdl=True) if on else dict(PDL=False)
 
 
 @triton.jit
@@ -151,8 +163,11 @@ def _sample_threshold(base, length, K: tl.constexpr, SAMPLE: tl.constexpr):
 @triton.jit
 def _threshold_kernel(
     logits_ptr, stride_logits, starts_ptr, lens_ptr, t0_ptr, count_ptr,
-    K: tl.constexpr, SAMPLE: tl.constexpr, HAS_STARTS: tl.constexpr,
+    K: tl.constexpr, SAMPLE: tl.constexpr, HAS_STARTS: tl.constexpr, PDL: tl.constexpr,
 ):
+    if PDL:
+        gdc_launch_dependents()  # the candidates launch may start now; it waits for this one
+        gdc_wait()  # launched early (programmatic dependent launch): the logits' writer must be done
     row = tl.program_id(0)
     length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
     tl.store(count_ptr + row, 0)  # the candidates launch counts from here: no memset of its own
@@ -164,7 +179,11 @@ def _threshold_kernel(
 def _candidates_kernel(
     logits_ptr, stride_logits, starts_ptr, lens_ptr, t0_ptr, count_ptr, cand_ptr, runs_ptr,
     K: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, HAS_STARTS: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()  # the threshold launch is done: t0 and the zeroed counter are in place
     row = tl.program_id(0)
     block = tl.program_id(1)
     pos = block * BLOCK + tl.arange(0, BLOCK)
@@ -269,8 +288,10 @@ def _select_write_kernel(
     logits_ptr, stride_logits, starts_ptr, lens_ptr, count_ptr, cand_ptr, runs_ptr, out_ptr, stride_out,
     bt_ptr, stride_bt, offs_ptr, NEXT_N, KEY_BLOCK,
     K: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, HAS_STARTS: tl.constexpr,
-    PAGE: tl.constexpr, TRANSFORM: tl.constexpr,
+    PAGE: tl.constexpr, TRANSFORM: tl.constexpr, PDL: tl.constexpr,
 ):
+    if PDL:
+        gdc_wait()  # the candidates launch is done
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     # Three loads that do not depend on each other, issued together: the row's length, its
@@ -354,7 +375,7 @@ def candidate_lists(logits, lengths, row_starts, k: int, cfg: TopkConfig) -> Can
                            torch.empty(n, bins, device=logits.device, dtype=torch.int32))
     t0 = torch.empty(n, device=logits.device, dtype=torch.int32)
     row_args = (logits, logits.stride(0), row_starts if row_starts is not None else lengths, lengths)
-    common = dict(K=k, HAS_STARTS=row_starts is not None)
+    common = dict(K=k, HAS_STARTS=row_starts is not None, **_pdl(logits.device))
     _threshold_kernel[(n,)](*row_args, t0, lists.count, SAMPLE=cfg.sample, num_warps=16, **common)
     _candidates_kernel[(n, max(1, triton.cdiv(width, cfg.block)))](
         *row_args, t0, lists.count, lists.cand, lists.first, CAP=cfg.cap, BLOCK=cfg.block, BLOCKS=bins,
@@ -372,7 +393,7 @@ def select_and_write(
         lists.count, lists.cand, lists.first, out, out.stride(0), bt, bt.stride(0) if block_table is not None else 0,
         offsets if offsets is not None else lengths, next_n, cfg.block,
         K=k, CAP=cfg.cap, BLOCK=cfg.select_block, BLOCKS=lists.first.shape[1], HAS_STARTS=row_starts is not None,
-        PAGE=page_size, TRANSFORM=transform, num_warps=16 if cfg.select_block >= 4096 else 4,
+        PAGE=page_size, TRANSFORM=transform, num_warps=16 if cfg.select_block >= 4096 else 4, **_pdl(logits.device),
     )
 
 
