@@ -390,7 +390,13 @@ def topk_section():
                 row("topk", "triton ragged transform", ms_r, **tag)
                 row("topk", "torch.topk + gather", ms_t, **tag)
             else:
-                row("topk", "triton paged transform, indexer logits", ms, **tag, **fracs)
+                # in serving the top-k runs right behind the indexer: timed alone, its logits stay
+                # in L2 between replays and it looked ~9 us cheaper (docs/PERFORMANCE.md)
+                both = bench_graph(lambda: dispatch.topk_transform(idx_fn(), lens, K, "paged", block_table=table,
+                                                                   page_size=PAGE, backend="triton"))
+                behind = dict(graph_ms_behind_indexer=round(both - g_idx, 5),
+                              graph_frac_of_indexer_behind_it=round((both - g_idx) / g_idx, 3)) if both and g_idx else {}
+                row("topk", "triton paged transform, indexer logits", ms, **tag, **fracs, **behind)
             check(f"topk exact {source} batch={batch} ctx={ctx}", exact(logits, lens, table, paged()))
         del q, w, table, lens, logits
     # Massive ties overflow the candidate list: the exact whole-row fallback, for its cost.
