@@ -19,7 +19,11 @@ bf16 key buffers and P (224 KB), so one program runs per SM. Two schedules, one 
   the gatherer copies tiles in by cp.async. Synchronization is by mbarriers: `ready` / `free` per
   key buffer (gatherer -> scorer; both MMA warpgroups -> gatherer), `p_ready` / `p_free` for P,
   and `done` for the scorer's final 1 / l. Each partition passes its own barrier before one of its
-  threads arrives.
+  threads arrives. The gatherer also leaves each tile's row validity beside it, for the scorer's
+  mask.
+
+Either way a bf16 output leaves through the key buffer no product reads any more, in 16-byte row
+stores (_store_columns).
 """
 
 from __future__ import annotations
