@@ -97,6 +97,12 @@ def _copy_rows(dst, src_ptr, idx, num_slots, stride, first: gl.constexpr, LAYOUT
 
 
 @gluon.jit
+def _num_tiles(lo, end):
+    """64-key tiles in the top-k range lo .. end (none for an empty split)."""
+    return gl.cdiv(gl.maximum(end - lo, 0), 64)
+
+
+@gluon.jit
 def _qk(q_lat, q_rope, k_lat, k_rope, s_zero):
     """Issue QK of one tile (the 512 latent dims, then the 64 rope dims into the same accumulator)."""
     s = warpgroup_mma(q_lat, k_lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
@@ -222,7 +228,7 @@ def _single_stream(q_lat, q_rope, k_lat, k_rope, p_smem, raw2, raw3, scales, kv_
     l_i = gl.zeros([64], gl.float32, gl.SliceLayout(1, QK))
     s_zero = gl.zeros([64, 64], gl.float32, QK)
     o = gl.zeros([64, 512], gl.float32, PV)
-    n_tiles = gl.cdiv(gl.maximum(end - lo, 0), 64)
+    n_tiles = _num_tiles(lo, end)
     # the loop and its last wait inside one branch: a zero accumulator reaching that wait around
     # the loop would make ptxas serialize every wgmma (C7515, seen with Triton 3.9)
     if n_tiles > 0:
@@ -266,7 +272,7 @@ def _gather(k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots, idx
     LR: gl.constexpr = _rope_layout(4)
     lat_idx = _entries(idx_row, lo, end, LL)
     rope_idx = _entries(idx_row, lo, end, LR)
-    for t in range(gl.cdiv(gl.maximum(end - lo, 0), 64)):
+    for t in range(_num_tiles(lo, end)):
         b = t % 2
         lat_next = _entries(idx_row, lo + (t + 1) * 64, end, LL)
         rope_next = _entries(idx_row, lo + (t + 1) * 64, end, LR)
@@ -295,7 +301,8 @@ def _scorer(q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, f
     l_i = gl.zeros([64], gl.float32, gl.SliceLayout(1, QK))
     acc = gl.zeros([64, 256], gl.float32, PV)
     s_zero = gl.zeros([64, 64], gl.float32, QK)
-    for t in range(gl.cdiv(gl.maximum(end - lo, 0), 64)):
+    n_tiles = _num_tiles(lo, end)
+    for t in range(n_tiles):
         b = t % 2
         mbarrier.wait(ready.index(b), (t // 2) & 1)
         s = _qk(q_lat, q_rope, k_lat.index(b), k_rope.index(b), s_zero)
@@ -319,7 +326,7 @@ def _scorer(q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, f
     barrier()  # (this warpgroup's barrier) 1 / l is in place for the second warpgroup
     mbarrier.arrive(done)
     # key buffer n_tiles % 2 last held tile n_tiles - 2, whose products are done (p_free above)
-    stage = k_lat.index(gl.cdiv(gl.maximum(end - lo, 0), 64) % 2).slice(0, 256, dim=1)
+    stage = k_lat.index(n_tiles % 2).slice(0, 256, dim=1)
     _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, 0, stage, H, PARTIAL, PV, 4)
     _store_lse(m_i, l_i, lse_ptr, n, split, num_splits, h0, H, PARTIAL, gl.SliceLayout(1, QK))
 
@@ -330,7 +337,8 @@ def _second_half(k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, don
     """Warpgroup 1: value columns 256..511 from the scorer's P, rescaled by its factors."""
     PV: gl.constexpr = _pv_layout(4)
     acc = gl.zeros([64, 256], gl.float32, PV)
-    for t in range(gl.cdiv(gl.maximum(end - lo, 0), 64)):
+    n_tiles = _num_tiles(lo, end)
+    for t in range(n_tiles):
         mbarrier.wait(p_ready, t & 1)
         acc = acc * alpha_smem.load(gl.SliceLayout(1, PV))[:, None]
         acc = warpgroup_mma(p_smem, k_lat.index(t % 2).slice(256, 256, dim=1), acc, is_async=True)
@@ -339,7 +347,7 @@ def _second_half(k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, don
         mbarrier.arrive(p_free)
         mbarrier.arrive(free.index(t % 2))
     mbarrier.wait(done, 0)
-    stage = k_lat.index(gl.cdiv(gl.maximum(end - lo, 0), 64) % 2).slice(256, 256, dim=1)  # as the scorer's
+    stage = k_lat.index(n_tiles % 2).slice(256, 256, dim=1)  # as the scorer's
     _store_columns(acc, inv_smem.load(gl.SliceLayout(1, PV)), out_ptr, n, split, num_splits, h0, 256, stage, H,
                    PARTIAL, PV, 4)
 
