@@ -9,16 +9,18 @@ not bandwidth-bound (topk_config sizes the key blocks so that small batches stil
 2. candidates, rows x key blocks: append the positions of the block whose key is >= t0 to the
    row's candidate list with one atomic per block, so each block's candidates form one run of the
    list in position order (the runs themselves come in any order); record where the run starts.
-3. select and write, one program per row: exact radix select over the candidates (six 6-bit
-   digits), then every selected position goes straight to its output slot: the block's rank in
-   the row (counts per block) plus its rank within its run. A row with fewer than k candidates
-   (the sample misled) or more than `cap` (e.g. massive ties) is searched over its whole range
-   instead: slower, still exact.
+3. select and write, one program per row: exact radix select over the candidates (6-bit digits;
+   once at most `pair_cap` keys share the digits found, usually after one or two, those keys are
+   compared pairwise instead), then every selected position goes straight to its output slot:
+   the block's rank in the row (counts per block) plus its rank within its run. A row with fewer
+   than k candidates (the sample misled) or more than `cap` (e.g. massive ties) is searched over
+   its whole range instead: slower, still exact.
 
 Keys are the float's ordered bit pattern, so the result equals kernels/reference.topk_positions_ref
 bit for bit, in ascending position order whatever order the runs were listed in: ties at the
 threshold go to the lowest positions, rows no longer than k return every position then -1.
-Scratch per row: `cap` int32 candidates, the counter, t0, and one run start per key block.
+Scratch per row: `cap` int32 candidates, the counter, t0, one run start per key block, and
+`pair_cap` int32 for the pairwise compare.
 """
 
 from __future__ import annotations
@@ -39,16 +41,21 @@ TRANSFORM_NONE, TRANSFORM_PAGED, TRANSFORM_RAGGED = 0, 1, 2
 @dataclass(frozen=True)
 class TopkConfig:
     """block: keys per candidates program; sample: keys in the threshold sample; cap:
-    candidates kept per row; select_block: candidates per step of the select loop."""
+    candidates kept per row; select_block: candidates per step of the select loop; pair_cap: the
+    most keys sharing the k-th key's leading digits that the select compares pairwise instead of
+    taking more digit steps."""
 
     block: int
     sample: int
     cap: int
     select_block: int
+    pair_cap: int = 128
 
     def __post_init__(self):
         if self.cap < self.select_block:  # the select reads a whole first block of the list
             raise ValueError(f"cap ({self.cap}) must be at least select_block ({self.select_block})")
+        if self.pair_cap & (self.pair_cap - 1):
+            raise ValueError(f"pair_cap ({self.pair_cap}) must be a power of two")
 
 
 def topk_config(rows: int, width: int, k: int, num_sms: int) -> TopkConfig:
@@ -121,21 +128,39 @@ def _digit_hist(key, live, prefix, STEP: tl.constexpr):
 
 
 @triton.jit
-def _add_and_max(count_a, max_a, count_b, max_b):
-    return count_a + count_b, tl.maximum(max_a, max_b)
+def _add_max_min(count_a, max_a, min_a, count_b, max_b, min_b):
+    return count_a + count_b, tl.maximum(max_a, max_b), tl.minimum(min_a, min_b)
 
 
 @triton.jit
 def _take_digit(hist, prefix, need, STEP: tl.constexpr):
-    """Digit STEP of the need-th largest key: prefix extended by it, need less the keys above it."""
+    """Digit STEP of the need-th largest key: prefix extended by it, need less the keys above it,
+    and how many keys share the extended prefix."""
     at_or_above = tl.cumsum(hist, axis=0, reverse=True)
     # at_or_above falls as the digit grows (bin 0 holds every live key, >= need): the digit is the
-    # last bin still reaching need, the keys above it the largest count short of need. One scan
-    # and one reduction, as each costs a round of barriers across the program's warps.
-    reach, above = tl.reduce((tl.where(at_or_above >= need, 1, 0), tl.where(at_or_above < need, at_or_above, 0)),
-                             0, _add_and_max)
+    # last bin still reaching need, the keys above it the largest count short of need, the keys at
+    # or above it the smallest count reaching need. One scan and one reduction, as each costs a
+    # round of barriers across the program's warps.
+    reach, above, at_digit = tl.reduce((tl.where(at_or_above >= need, 1, 0), tl.where(at_or_above < need, at_or_above, 0),
+                                        tl.where(at_or_above >= need, at_or_above, 0x7FFFFFFF)), 0, _add_max_min)
     lo = 32 - RADIX * (STEP + 1) if 32 > RADIX * (STEP + 1) else 0
-    return prefix | ((reach - 1).to(tl.uint32) << lo), need - above
+    return prefix | ((reach - 1).to(tl.uint32) << lo), need - above, at_digit - above
+
+
+@triton.jit
+def _kth_pairwise(key, sharing, n_sharing, need, scratch, PAIR_CAP: tl.constexpr):
+    """The need-th largest of the (at most PAIR_CAP) keys flagged `sharing`, and how many of the
+    keys equal to it are still needed: the keys are packed into scratch, then compared pairwise."""
+    packed = tl.cumsum(sharing.to(tl.int32), axis=0) - 1
+    tl.store(scratch + packed, key.to(tl.int32, bitcast=True), mask=sharing)
+    tl.debug_barrier()  # every warp's keys are in scratch (a block barrier orders global memory too)
+    j = tl.arange(0, PAIR_CAP)
+    ok = j < n_sharing
+    few = tl.load(scratch + j, mask=ok, other=0).to(tl.uint32, bitcast=True)
+    at_or_above = tl.sum((ok[None, :] & (few[None, :] >= few[:, None])).to(tl.int32), axis=1)
+    # the keys with need or more keys at or above them are those up to the need-th largest
+    thr = tl.max(tl.where(ok & (at_or_above >= need), few, 0), axis=0)
+    return thr, need - tl.sum((ok & (few > thr)).to(tl.int32), axis=0)
 
 
 @triton.jit
@@ -156,7 +181,7 @@ def _sample_threshold(base, length, K: tl.constexpr, SAMPLE: tl.constexpr):
     key = _ordered_key(tl.load(base + pos, mask=live, other=0.0))
     t0 = tl.zeros((), tl.uint32)
     for step in tl.static_range(3):
-        t0, target = _take_digit(_digit_hist(key, live, t0, step), t0, target, step)
+        t0, target, _ = _take_digit(_digit_hist(key, live, t0, step), t0, target, step)
     return t0
 
 
@@ -195,7 +220,7 @@ def _candidates_kernel(
         hits = tl.sum(hit, axis=0)
         if hits > 0:
             # one atomic per block: its hits form one run of the list, in position order
-            first = tl.atomic_add(count_ptr + row, hits)
+            first = tl.atomic_add(count_ptr + row, hits, sem="relaxed")  # the select reads after this launch
             tl.store(runs_ptr + row.to(tl.int64) * BLOCKS + block, first)
             slot = first + tl.cumsum(hit, axis=0) - 1
             # the counter keeps counting past CAP, which is how select sees the overflow
@@ -285,10 +310,10 @@ def _write_items(key, live, pos, val, thr, need, tie_shift, slot_shift, ties_see
 
 @triton.jit
 def _select_write_kernel(
-    logits_ptr, stride_logits, starts_ptr, lens_ptr, count_ptr, cand_ptr, runs_ptr, out_ptr, stride_out,
+    logits_ptr, stride_logits, starts_ptr, lens_ptr, count_ptr, cand_ptr, runs_ptr, scratch_ptr, out_ptr, stride_out,
     bt_ptr, stride_bt, offs_ptr, NEXT_N, KEY_BLOCK,
-    K: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, HAS_STARTS: tl.constexpr,
-    PAGE: tl.constexpr, TRANSFORM: tl.constexpr, PDL: tl.constexpr,
+    K: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, BLOCKS: tl.constexpr, PAIR_CAP: tl.constexpr,
+    HAS_STARTS: tl.constexpr, PAGE: tl.constexpr, TRANSFORM: tl.constexpr, PDL: tl.constexpr,
 ):
     if PDL:
         gdc_wait()  # the candidates launch is done
@@ -301,6 +326,7 @@ def _select_write_kernel(
     cand = cand_ptr + row.to(tl.int64) * CAP
     listed_pos = tl.load(cand + offs)
     out_row = out_ptr + row.to(tl.int64) * stride_out
+    scratch = scratch_ptr + row.to(tl.int64) * PAIR_CAP
     if length <= K:  # dense: every position, then -1
         for c in range(0, K, BLOCK):
             pos = c + offs
@@ -331,9 +357,17 @@ def _select_write_kernel(
             bits = (span.to(tl.float32).to(tl.uint32, bitcast=True) >> 23).to(tl.int32) - 126
             bits = tl.where(span > 0, tl.minimum(bits, 32), 0)
             key = key << tl.where(span > 0, 32 - bits, 0).to(tl.uint32)
+            # Once few enough keys share the digits found so far (after one or two steps at 32K-128K
+            # keys), they are compared pairwise instead of taking the remaining steps.
+            found = False
             for step in tl.static_range((32 + RADIX - 1) // RADIX):
-                if RADIX * step < bits:
-                    thr, need = _take_digit(_digit_hist(key, live, thr, step), thr, need, step)
+                if (RADIX * step < bits) & (not found):
+                    thr, need, sharing = _take_digit(_digit_hist(key, live, thr, step), thr, need, step)
+                    if sharing <= PAIR_CAP:
+                        lo = 32 - RADIX * (step + 1) if 32 > RADIX * (step + 1) else 0
+                        thr, need = _kth_pairwise(key, live & ((key >> lo) == (thr >> lo)), sharing, need, scratch,
+                                                  PAIR_CAP)
+                        found = True
             above, ties = _block_counts(key, live, pos, thr, above, ties, KEY_BLOCK, BLOCKS)
             tie_shift, slot_shift = _shifts(above, ties, need, first)
             _write_items(key, live, pos, val, thr, need, tie_shift, slot_shift, 0, 0, KEY_BLOCK, out_row)
@@ -343,7 +377,7 @@ def _select_write_kernel(
                 for c in range(0, n_items, BLOCK):
                     key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
                     hist += _digit_hist(key, live, thr, step)
-                thr, need = _take_digit(hist, thr, need, step)
+                thr, need, _ = _take_digit(hist, thr, need, step)
             for c in range(0, n_items, BLOCK):
                 key, live, pos = _load_items(base, cand, c + offs, n_items, n_listed)
                 above, ties = _block_counts(key, live, pos, thr, above, ties, KEY_BLOCK, BLOCKS)
@@ -388,12 +422,14 @@ def select_and_write(
     transform: int, block_table, page_size: int, next_n: int, offsets,
 ) -> None:
     bt = block_table if block_table is not None else lengths
+    scratch = torch.empty(logits.shape[0], cfg.pair_cap, device=logits.device, dtype=torch.int32)
     _select_write_kernel[(logits.shape[0],)](
         logits, logits.stride(0), row_starts if row_starts is not None else lengths, lengths,
-        lists.count, lists.cand, lists.first, out, out.stride(0), bt, bt.stride(0) if block_table is not None else 0,
-        offsets if offsets is not None else lengths, next_n, cfg.block,
-        K=k, CAP=cfg.cap, BLOCK=cfg.select_block, BLOCKS=lists.first.shape[1], HAS_STARTS=row_starts is not None,
-        PAGE=page_size, TRANSFORM=transform, num_warps=16 if cfg.select_block >= 4096 else 4, **_pdl(logits.device),
+        lists.count, lists.cand, lists.first, scratch, out, out.stride(0), bt,
+        bt.stride(0) if block_table is not None else 0, offsets if offsets is not None else lengths, next_n, cfg.block,
+        K=k, CAP=cfg.cap, BLOCK=cfg.select_block, BLOCKS=lists.first.shape[1], PAIR_CAP=cfg.pair_cap,
+        HAS_STARTS=row_starts is not None, PAGE=page_size, TRANSFORM=transform,
+        num_warps=16 if cfg.select_block >= 4096 else 4, **_pdl(logits.device),
     )
 
 

@@ -61,12 +61,23 @@ def test_massive_ties_overflow_the_candidate_list_and_search_the_whole_row():
     _check(logits, [200, 200])
 
 
-def test_a_sample_that_ranks_too_high_falls_back_to_the_whole_row():
-    # The strided sample (every 16th of 512 keys with sample 32) sees only the raised keys, so its
-    # threshold admits fewer than k candidates.
-    logits = _logits(2, 512)
-    logits[:, ::16] += 50.0
-    _check(logits, [512, 512], topk.TopkConfig(block=32, sample=32, cap=64, select_block=64))
+@pytest.mark.parametrize("width, sample", [(512, 32), (64, 16)],
+                         ids=["row-over-several-select-blocks", "row-in-one-select-block"])
+def test_a_sample_that_ranks_too_high_falls_back_to_the_whole_row(width, sample):
+    # The strided sample (every 16th or 4th key) sees only the raised keys, so its threshold admits
+    # fewer than k candidates.
+    logits = _logits(2, width)
+    logits[:, ::width // sample] += 50.0
+    _check(logits, [width, width], topk.TopkConfig(block=32, sample=sample, cap=64, select_block=64))
+
+
+@pytest.mark.parametrize("pair_cap", [1, 4, 128])
+def test_digit_steps_go_on_until_few_enough_keys_share_the_kth_keys_digits(pair_cap):
+    logits = torch.randn(4, 400).mul(4).round()  # small integers: many ties at the threshold
+    logits[2] = torch.randn(400)
+    logits[3] = torch.randn(400).to(torch.bfloat16).float()
+    _check(logits, [400, 333, 390, 400], topk.TopkConfig(block=32, sample=64, cap=256, select_block=256,
+                                                         pair_cap=pair_cap))
 
 
 def _reverse_runs(lists, block):
@@ -148,6 +159,8 @@ def test_default_tiling_shrinks_blocks_only_while_the_grid_is_small(rows, width,
 def test_a_candidate_cap_below_the_select_block_is_refused():
     with pytest.raises(ValueError, match="cap"):
         topk.TopkConfig(block=32, sample=64, cap=32, select_block=64)
+    with pytest.raises(ValueError, match="pair_cap"):
+        topk.TopkConfig(block=32, sample=64, cap=64, select_block=64, pair_cap=96)
 
 
 def test_sample_size_follows_row_length_and_row_count():
