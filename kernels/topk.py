@@ -49,7 +49,7 @@ class TopkConfig:
     sample: int
     cap: int
     select_block: int
-    pair_cap: int = 128
+    pair_cap: int = 64
 
     def __post_init__(self):
         if self.cap < self.select_block:  # the select reads a whole first block of the list
