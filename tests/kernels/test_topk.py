@@ -156,7 +156,7 @@ def test_default_tiling_shrinks_blocks_only_while_the_grid_is_small(rows, width,
     assert cfg.block == block and cfg.cap >= 2 * 2048
 
 
-def test_a_candidate_cap_below_the_select_block_is_refused():
+def test_configs_the_select_cannot_run_are_refused():
     with pytest.raises(ValueError, match="cap"):
         topk.TopkConfig(block=32, sample=64, cap=32, select_block=64)
     with pytest.raises(ValueError, match="pair_cap"):
