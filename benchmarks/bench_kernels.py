@@ -479,6 +479,23 @@ def prefill():
             row("prefill", "deepgemm mqa logits", ms_d, nq=nq, nk=nk, ours_over_dg_speed=round(ms_d / ms, 3))
         except Exception as exc:  # noqa: BLE001
             RES["errors"].append(f"deepgemm ragged: {str(exc)[:200]}")
+    # the prefill top-k (ragged transform) on those logits, alone and behind the indexer in one graph
+    logits_fn = lambda: indexer_logits.ragged_indexer_logits(q8, w, k8, ks, k_start, k_end, clean_logits=False)  # noqa: E731
+    logits = logits_fn()
+    lens = (k_end - k_start).int()
+    offs = torch.full((nq,), 1000, device=DEV, dtype=torch.int32)  # the sequence's first slot in the flat KV
+
+    def prefill_topk(x):
+        return dispatch.topk_transform(x, lens, K, "ragged", row_starts=k_start, offsets=offs, backend="triton")
+
+    want = reference.ragged_transform_ref(reference.topk_positions_ref(logits, lens, K, k_start), offs)
+    check(f"prefill top-k exact nq={nq} nk={nk}", torch.equal(prefill_topk(logits), want))
+    g_idx, g_topk = bench_graph(logits_fn), bench_graph(lambda: prefill_topk(logits))
+    both = bench_graph(lambda: prefill_topk(logits_fn()))
+    row("prefill", "triton top-k, ragged transform, on the ragged logits", bench(lambda: prefill_topk(logits)), nq=nq,
+        nk=nk, graph_ms=g_topk, indexer_graph_ms=g_idx,
+        **(dict(graph_frac_of_indexer=round(g_topk / g_idx, 3), graph_ms_behind_indexer=round(both - g_idx, 5),
+                graph_frac_of_indexer_behind_it=round((both - g_idx) / g_idx, 3)) if g_idx and g_topk and both else {}))
 
 
 if __name__ == "__main__":
