@@ -93,9 +93,9 @@ class TritonServer:
         return self
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Until the models are ready and the metrics endpoint answers: tritonserver reports ready over
-        HTTP before its metrics service listens (42 ms later in a log on the 2-core CPU machine, where a scrape
-        right after start() was refused)."""
+        """Until the models are ready and the metrics endpoint answers: tritonserver reports ready
+        over HTTP before its metrics service listens (42 ms later in a log on the 2-core CPU
+        machine, where a scrape right after start() was refused)."""
         deadline = time.monotonic() + timeout_s
         urls = [f"http://127.0.0.1:{self.ports.http}/v2/health/ready"]
         if not any(arg.lower() in ("--allow-metrics=false", "--allow-metrics=0")
