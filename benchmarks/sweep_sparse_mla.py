@@ -1,6 +1,11 @@
 """Tile and split sweep of the Triton sparse MLA decode kernel against FlashMLA, in one device call.
 
     source .device/setup.sh && python3 benchmarks/sweep_sparse_mla.py [--batches 1,32,128] [--json F]
+    source .device/setup.sh && python3 benchmarks/sweep_sparse_mla.py --gluon [--heads 64,128]
+
+With --gluon it sweeps only the top-k split of the Gluon kernel (its tile is fixed), every split
+from 1 to 8 that keeps a tile per program and at most four waves, timed in CUDA graphs as the
+engine replays it (do_bench would add two Python launches to a ~50 us kernel).
 
 For each (heads, batch) on the FP8 cache it times tile configurations (BLOCK_H 16/32/64, BLOCK_N,
 warps, stages) with top-k splits that put a quarter to four waves of programs on the SMs, checks
@@ -47,28 +52,42 @@ def _configs(batch: int, heads: int, sms: int):
             yield dict(BLOCK_H=bh, BLOCK_N=bn, SPLIT=split, num_warps=warps, num_stages=stages)
 
 
-def _case(pool, heads: int, batch: int, sms: int, deadline: float) -> dict:
+def _graph_ms(fn) -> float:
+    return float(triton.testing.do_bench_cudagraph(fn, rep=30, return_mode="median"))
+
+
+def _gluon_configs(batch: int, heads: int, sms: int):
+    """The default config with every split 1..8 that keeps a tile per split and at most four waves."""
+    default = sparse_mla.mla_config(batch, heads, K, sms)
+    programs = batch * heads // sparse_mla.sparse_mla_gluon.BLOCK_H
+    for split in range(1, 9):
+        if K // split >= sparse_mla.sparse_mla_gluon.BLOCK_N and programs * split <= 4 * sms:
+            yield dict(default, SPLIT=split)
+
+
+def _case(pool, heads: int, batch: int, sms: int, deadline: float, gluon: bool = False) -> dict:
     q = torch.randn(batch, heads, 576, device="cuda").to(torch.bfloat16)
     idx = torch.randint(0, SLOTS, (batch, K), device="cuda").int()
     flops = 2 * batch * heads * K * (576 + 512)
     default = sparse_mla.mla_config(batch, heads, K, sms)
+    time_ms, run = (_graph_ms, dict(gluon=True)) if gluon else (_ms, {})
     t0, timed, skipped = time.time(), [], 0
-    for cfg in _configs(batch, heads, sms):
+    for cfg in (_gluon_configs if gluon else _configs)(batch, heads, sms):
         if time.time() > deadline:  # leave time for the later cases' defaults and FlashMLA
             skipped += 1
             continue
         try:
-            timed.append((_ms(lambda: sparse_mla.sparse_mla(q, pool, idx, SCALE, config=cfg)), cfg))
+            timed.append((time_ms(lambda: sparse_mla.sparse_mla(q, pool, idx, SCALE, config=cfg, **run)), cfg))
         except Exception as exc:  # noqa: BLE001 - a tile that does not fit (shared memory, registers)
             timed.append((float("inf"), dict(cfg, error=str(exc)[:80])))
     timed.sort(key=lambda t: t[0])
     best_ms, best = timed[0] if timed else (float("inf"), default)
-    default_ms = _ms(lambda: sparse_mla.sparse_mla(q, pool, idx, SCALE, config=default))
+    default_ms = time_ms(lambda: sparse_mla.sparse_mla(q, pool, idx, SCALE, config=default, **run))
     if default_ms < best_ms:
         best_ms, best = default_ms, default
-    out, _ = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=best)
+    out, _ = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=best, **run)
     ref, _ = reference.sparse_mla_ref(q[:8], pool, idx[:8], SCALE)
-    fm_ms = _ms(lambda: dispatch._flashmla_decode(q, pool, idx, SCALE))
+    fm_ms = time_ms(lambda: dispatch._flashmla_decode(q, pool, idx, SCALE))
     best_per_block_h = {}
     for ms, cfg in reversed(timed):
         best_per_block_h[cfg["BLOCK_H"]] = dict(ms=round(ms, 5), cfg=cfg)
@@ -78,7 +97,7 @@ def _case(pool, heads: int, batch: int, sms: int, deadline: float) -> dict:
         best_TFLOPs=round(flops / best_ms / 1e9),
         rel_err=round(float((out[:8].float() - ref).norm() / ref.norm()), 5),
         default_ms=round(default_ms, 5), default=default, default_speed_over_flashmla=round(fm_ms / default_ms, 3),
-        best_per_block_h=best_per_block_h, top5=[dict(ms=round(ms, 5), cfg=c) for ms, c in timed[:5]],
+        best_per_block_h=best_per_block_h, fastest=[dict(ms=round(ms, 5), cfg=c) for ms, c in timed[:8]],
         configs=len(timed), skipped=skipped, failed=sum(ms == float("inf") for ms, _ in timed),
         sweep_s=round(time.time() - t0, 1),
     )
@@ -89,6 +108,7 @@ def main() -> None:
     ap.add_argument("--batches", default="1,32,128")
     ap.add_argument("--heads", default="128")
     ap.add_argument("--budget", type=float, default=230, help="seconds of sweeping before only defaults run")
+    ap.add_argument("--gluon", action="store_true", help="sweep the Gluon kernel's split only (CUDA graphs)")
     ap.add_argument("--json")
     a = ap.parse_args()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -100,8 +120,8 @@ def main() -> None:
     for i, (heads, batch) in enumerate(cases):
         # the first case compiles most tiles; each later case keeps 20 s for its (cached) timings
         deadline = start + a.budget - 20 * (len(cases) - 1 - i)
-        rows.append(_case(pool, heads, batch, sms, deadline))
-        print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("top5", "best_per_block_h")}), flush=True)
+        rows.append(_case(pool, heads, batch, sms, deadline, a.gluon))
+        print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("fastest", "best_per_block_h")}), flush=True)
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(dict(date=time.strftime("%Y-%m-%d"), gpu=torch.cuda.get_device_name(), rows=rows), f, indent=1)
@@ -109,6 +129,8 @@ def main() -> None:
         print(f"batch {r['batch']}: best {r['best_ms']} ms ({r['best_speed_over_flashmla']}x FlashMLA {r['flashmla_ms']} ms)"
               f" {r['best']}; default {r['default_ms']} ms ({r['default_speed_over_flashmla']}x);"
               f" per BLOCK_H {json.dumps({h: v['ms'] for h, v in r['best_per_block_h'].items()})}", flush=True)
+        if a.gluon:
+            print("  splits:", {t["cfg"]["SPLIT"]: t["ms"] for t in r["fastest"]}, flush=True)
 
 
 if __name__ == "__main__":
