@@ -33,7 +33,6 @@ _GLUON = "the Gluon sparse MLA kernel"
 
 _LOG2E = 1.4426950408889634
 _LN2 = tl.constexpr(0.6931471805599453)  # lse leaves in natural log
-_MERGE_D = 128  # value columns per merge program
 
 
 @triton.jit
@@ -125,7 +124,7 @@ def _merge_splits_kernel(
 ):
     """Combine the splits of one (row, head) by their log-sum-exp, BLOCK_D value columns per program.
 
-    All splits come in one [SPLITS, BLOCK_D] load, so even batch 1 runs H * 512 / BLOCK_D short
+    All splits come in one [SPLITS, BLOCK_D] load (merge_config sizes it), so even batch 1 runs short
     programs instead of a few that loop over the splits.
     """
     pid = tl.program_id(0)
@@ -145,6 +144,15 @@ def _merge_splits_kernel(
     tl.store(out_ptr + nh.to(tl.int64) * 512 + cols, _to_bf16(tl.sum(vals * w[:, None], axis=0) * inv))
     if pid % (512 // BLOCK_D) == 0:
         tl.store(lse_ptr + nh, tl.where(has, (top + tl.log2(tl.where(has, total, 1.0))) * _LN2, float("-inf")))
+
+
+def merge_config(split: int) -> dict:
+    """Columns and warps of a merge program: a [splits, columns] load of 2048 values, 512 to 128
+    columns. From the H100 A/B in docs/PERFORMANCE.md (batch 32 / 64, splits 2 and 4): whole rows
+    on two warps merge in 4 us where 128-column programs on four warps took 12-24 us, a third of
+    the split op's time."""
+    block_d = max(128, min(KV_LORA_RANK, 2048 // triton.next_power_of_2(split)))
+    return dict(BLOCK_D=block_d, num_warps=2 if block_d > 128 else 4)
 
 
 def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
@@ -242,6 +250,7 @@ def sparse_mla(
     else:
         gluon_kernel()
     if split > 1:
-        _merge_splits_kernel[(n * heads * (KV_LORA_RANK // _MERGE_D),)](
-            part, part_lse, out, lse, split, H=heads, SPLITS=triton.next_power_of_2(split), BLOCK_D=_MERGE_D)
+        merge = merge_config(split)
+        _merge_splits_kernel[(n * heads * (KV_LORA_RANK // merge["BLOCK_D"]),)](
+            part, part_lse, out, lse, split, H=heads, SPLITS=triton.next_power_of_2(split), **merge)
     return out, lse

@@ -8,6 +8,7 @@ import logging
 
 import pytest
 import torch
+import triton
 from triton.compiler.errors import CompilationError
 
 from dsa_kernels import cache_store, gluon_compat, reference, sparse_mla
@@ -49,8 +50,9 @@ def _check(fp8, config):
     assert out[1].abs().max() == 0
 
 
-# split 3 does not divide the 3 tiles of 16 keys evenly; split 8 leaves five splits with no keys
-@pytest.mark.parametrize("block_h,split", [(16, 1), (32, 1), (16, 2), (16, 3), (16, 8), (32, 8)])
+# split 3 does not divide the 3 tiles of 16 keys evenly; split 8 leaves five splits with no keys;
+# the merge takes whole rows at splits 2-4, 256 columns at 8 and 128 at 32 (merge_config)
+@pytest.mark.parametrize("block_h,split", [(16, 1), (32, 1), (16, 2), (16, 3), (16, 8), (32, 8), (16, 32)])
 @pytest.mark.parametrize("fp8", [False, True])
 def test_sparse_mla_matches_reference(fp8, block_h, split):
     _check(fp8, dict(TILES, BLOCK_H=block_h, SPLIT=split))
@@ -82,6 +84,14 @@ def test_grids_that_cover_the_sms_are_not_split():
     for batch, heads in ((128, 128), (4096, 128), (4096, 64)):
         cfg = sparse_mla.mla_config(batch, heads, 2048, num_sms=132)
         assert cfg["SPLIT"] == 1 and heads % cfg["BLOCK_H"] == 0
+
+
+def test_merge_programs_load_at_most_2048_values_in_whole_column_blocks():
+    for split in (2, 3, 4, 8, 16, 32, 64):
+        cfg = sparse_mla.merge_config(split)
+        assert 512 % cfg["BLOCK_D"] == 0 and cfg["BLOCK_D"] >= 128
+        assert triton.next_power_of_2(split) * cfg["BLOCK_D"] <= max(2048, 128 * triton.next_power_of_2(split))
+    assert sparse_mla.merge_config(2)["BLOCK_D"] == sparse_mla.merge_config(4)["BLOCK_D"] == 512
 
 
 def test_split_below_one_is_refused():
