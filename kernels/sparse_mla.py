@@ -149,8 +149,8 @@ def _merge_splits_kernel(
 def merge_config(split: int) -> dict:
     """Columns and warps of a merge program: a [splits, columns] load of 2048 values, 512 to 128
     columns. From the H100 A/B in docs/PERFORMANCE.md (batch 32 / 64, splits 2 and 4): whole rows
-    on two warps merge in 4 us where 128-column programs on four warps took 12-24 us, a third of
-    the split op's time."""
+    on two warps merge in 4 us where 128-column programs on four warps took 12-24 us, up to a third
+    of the split op's time."""
     block_d = max(128, min(KV_LORA_RANK, 2048 // triton.next_power_of_2(split)))
     return dict(BLOCK_D=block_d, num_warps=2 if block_d > 128 else 4)
 
