@@ -413,7 +413,9 @@ def topk_section():
 
 def mla_times(tag: dict, q, kv, idx, flashmla) -> None:
     """CUDA-graph times of the default sparse MLA path (the Gluon kernel on Hopper), the Triton
-    kernel and FlashMLA (when given) on the same inputs; one row, ratios included."""
+    kernel and FlashMLA (when given) on the same inputs; one row, ratios included, and the default
+    path's time per launch (the split-K merge took a third of the op at batch 32 unseen until its
+    launches were timed apart)."""
     flops = 2 * q.shape[0] * q.shape[1] * idx.shape[1] * (576 + 512)
     kernel = "gluon" if sparse_mla.gluon_runs(q, kv) else "triton"
     ms = bench(lambda: sparse_mla.sparse_mla(q, kv, idx, 576**-0.5))
@@ -428,7 +430,8 @@ def mla_times(tag: dict, q, kv, idx, flashmla) -> None:
     row(tag.pop("section"), "sparse mla (default path)", ms, **tag, kernel=kernel, graph_ms=g, triton_graph_ms=g_tri,
         flashmla_graph_ms=g_fm, TFLOPs_graph=round(flops / g / 1e9) if g else None,
         default_over_triton_speed=round(g_tri / g, 3) if g and g_tri else None,
-        default_over_fm_speed=round(g_fm / g, 3) if g and g_fm else None)
+        default_over_fm_speed=round(g_fm / g, 3) if g and g_fm else None,
+        launches_ms=launch_ms(lambda: sparse_mla.sparse_mla(q, kv, idx, 576**-0.5)))
 
 
 @section("decode")
