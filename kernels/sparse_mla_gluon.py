@@ -1,29 +1,25 @@
-"""Sparse MLA on Hopper, in Gluon: the next key tile is gathered while the tensor cores work on
-this one.
+"""Sparse MLA on Hopper, in Gluon: three warpgroups with one job each, so that the next key tile is
+gathered (and dequantized, from an FP8 pool) while the tensor cores work on this one.
 
 Same contract as kernels/sparse_mla.py, which launches it and shares its split-K merge: one program
 takes 64 heads of one query row over its top-k range, 64 keys per tile. Shared memory holds Q, two
-bf16 key buffers and P (224 KB), so one program runs per SM. Two schedules, one per pool type:
+bf16 key buffers and P (~226 KB), so one program runs per SM. The warpgroups (gl.warp_specialize):
 
-- FP8 pool (decode): eight warps in one stream (_single_stream). Tile t + 1 is gathered by
-  cp.async, raw (512 e4m3 bytes a row), into the upper half of the free key buffer during the
-  softmax of tile t, and every warp dequantizes it in place to bf16 under the PV product of tile
-  t. The two warpgroups split QK by keys (32 each) and PV by value columns (256 each); P crosses
-  between them through shared memory. Dequantization is the bottleneck here, so all eight warps
-  share it: a gathering warpgroup of its own, as in the bf16 schedule, measured 5-30% slower
-  (docs/PERFORMANCE.md).
-- bf16 pool (prefill, decode over a bf16 cache): three warpgroups with one job each
-  (gl.warp_specialize). The scorer computes QK of a whole tile (Q read from shared memory once a
-  tile), the online softmax, P and its rows' rescale factors, and P V into value columns 0..255;
-  the second warpgroup adds P V into columns 256..511 while the scorer moves on to the next tile;
-  the gatherer copies tiles in by cp.async. Synchronization is by mbarriers: `ready` / `free` per
-  key buffer (gatherer -> scorer; both MMA warpgroups -> gatherer), `p_ready` / `p_free` for P,
-  and `done` for the scorer's final 1 / l. Each partition passes its own barrier before one of its
-  threads arrives. The gatherer also leaves each tile's row validity beside it, for the scorer's
-  mask.
+- the scorer: QK of a whole tile (Q read from shared memory once a tile), the online softmax, P and
+  its rows' rescale factors, and P V into value columns 0..255;
+- the second warpgroup: P V into columns 256..511 while the scorer moves on to the next tile;
+- the gatherer: tile t by cp.async into key buffer t % 2 once both MMA warpgroups are done with
+  tile t - 2, and each row's validity beside it for the scorer's mask. A bf16 pool's rows land in
+  place. An FP8 pool's rows land raw (512 e4m3 bytes) in the upper half of the buffer's bytes,
+  their scales and rope dims beside, and the gatherer rewrites the tile in place as bf16 rows
+  (each 128-wide tile times its scale in fp32, one bf16 rounding: FlashMLA's). Until the eleventh
+  session FP8 pools had eight warps in one stream dequantizing under PV; taking the
+  dequantization off the MMA warps made FP8 decode 4-24% faster (docs/PERFORMANCE.md).
 
-Either way a bf16 output leaves through the key buffer no product reads any more, in 16-byte row
-stores (_store_columns).
+Synchronization is by mbarriers: `ready` / `free` per key buffer (gatherer -> scorer; both MMA
+warpgroups -> gatherer), `p_ready` / `p_free` for P, and `done` for the scorer's final 1 / l. Each
+partition passes its own barrier before one of its threads arrives. A bf16 output leaves through
+the key buffer no product reads any more, in 16-byte row stores (_store_columns).
 """
 
 from __future__ import annotations
@@ -35,7 +31,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
+    fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait)
 
 from dsa_backend.cache.layout import MLA_FP8_BYTES as _MLA_FP8_BYTES
 
@@ -44,7 +40,8 @@ from .gluon_compat import barrier, cp_async, reinterpret
 MLA_FP8_BYTES = gl.constexpr(_MLA_FP8_BYTES)
 BLOCK_H = 64  # heads per program: the wgmma M dimension
 BLOCK_N = 64  # keys per tile
-# Registers per thread in the bf16 schedule; the scorer gets 192. From ptxas 12.8 for sm_90a: with
+NUM_WARPS = 4  # the scorer's warpgroup; the other two come on top
+# Registers per thread of the partitions; the scorer gets 192. From ptxas 12.8 for sm_90a: with
 # the second warpgroup under 160 it ignores setmaxnreg (C7507), and with the gatherer at 160 too
 # (the three at the full 512) it serializes the scorer's wgmma chain (C7512: 50% slower on the H200).
 SECOND_REGS = gl.constexpr(160)
@@ -53,30 +50,17 @@ GATHER_REGS = gl.constexpr(152)
 
 # ---------------------------------------------------------------- layouts and shared pieces
 
-@gluon.constexpr_function
-def _qk_layout(num_warps):  # QK [64 heads, 64 keys]: one warpgroup, or two with 32 keys each
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, num_warps // 4],
-                                     instr_shape=[16, 256 // num_warps, 16])
-
-
-@gluon.constexpr_function
-def _pv_layout(num_warps):  # PV [64 heads, value columns]: each warpgroup 256 columns
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, num_warps // 4], instr_shape=[16, 256, 16])
-
-
-@gluon.constexpr_function
-def _latent_layout(fp8, num_warps):  # a warp per row, 16 bytes a thread
-    return gl.BlockedLayout([1, 16 if fp8 else 8], [1, 32], [num_warps, 1], [1, 0])
-
-
-@gluon.constexpr_function
-def _scale_layout(num_warps):  # a row's four fp32 scales to one thread
-    return gl.BlockedLayout([1, 4], [32, 1], [num_warps, 1], [1, 0])
-
-
-@gluon.constexpr_function
-def _rope_layout(num_warps):  # 64 bf16 rope dims a row
-    return gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+# Register layouts of one warpgroup.
+QK = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16]))
+PV = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]))
+LATENT = gl.constexpr(gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0]))  # bf16 rows: a warp per row, 16 bytes a thread
+RAW = gl.constexpr(gl.BlockedLayout([1, 16], [1, 32], [4, 1], [1, 0]))  # e4m3 rows, the same way
+SCALES = gl.constexpr(gl.BlockedLayout([1, 4], [32, 1], [4, 1], [1, 0]))  # a row's four fp32 scales to one thread
+ROPE_ROWS = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))  # 64 bf16 rope dims a row
+# Raw e4m3 rows [rows, 4, 128] read back for dequantization, 16 bytes a thread: a warp's lanes take
+# 128 columns of four rows, so that neither the raw loads nor the swizzled bf16 stores conflict (a
+# warp over one whole row puts eight lanes' stores in each bank group).
+DEQUANT = gl.constexpr(gl.BlockedLayout([1, 1, 16], [4, 1, 8], [4, 1, 1], [2, 1, 0]))
 
 
 @gluon.jit
@@ -135,24 +119,22 @@ def _inverse_sum(l_i):
 
 
 @gluon.jit
-def _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, c0, stage, H: gl.constexpr, PARTIAL: gl.constexpr,
-                   PV: gl.constexpr, num_warps: gl.constexpr):
-    """Value columns c0 .. c0 + width - 1 of the output from acc [64, width] (layout PV) times 1 / l
+def _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, c0, stage, H: gl.constexpr, PARTIAL: gl.constexpr):
+    """Value columns c0 .. c0 + 255 of the output from acc [64, 256] (layout PV) times 1 / l
     (float32 partials when the top-k range is split). bf16 outputs go through `stage`, a free
     [64, width] of a key buffer, and leave in 16-byte row-contiguous stores: straight from the MMA
     layout they were 4-byte stores, ~8% of the kernel's time in a prefill profile."""
     o = acc * gl.convert_layout(inv, gl.SliceLayout(1, PV), assert_trivial=True)[:, None]
     if PARTIAL:
         h = h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, PV))
-        col = c0 + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, PV))
+        col = c0 + gl.arange(0, 256, layout=gl.SliceLayout(0, PV))
         gl.store(out_ptr + ((n * num_splits + split) * H + h).to(gl.int64)[:, None] * 512 + col[None, :], o)
     else:
         stage.store(o.to(gl.bfloat16))
         barrier()  # (the storing warps' barrier) the whole [64, width] is staged
-        ROWS: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [num_warps, 1], [1, 0])
-        h = h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, ROWS))
-        col = c0 + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, ROWS))
-        gl.store(out_ptr + (n * H + h).to(gl.int64)[:, None] * 512 + col[None, :], stage.load(ROWS))
+        h = h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, LATENT))
+        col = c0 + gl.arange(0, 256, layout=gl.SliceLayout(0, LATENT))
+        gl.store(out_ptr + (n * H + h).to(gl.int64)[:, None] * 512 + col[None, :], stage.load(LATENT))
 
 
 @gluon.jit
@@ -168,108 +150,47 @@ def _store_lse(m_i, l_i, lse_ptr, n, split, num_splits, h0, H: gl.constexpr, PAR
         gl.store(lse_ptr + n * H + h, lse * 0.6931471805599453)
 
 
-# ---------------------------------------------------------------- FP8 pool: one stream of eight warps
+# ---------------------------------------------------------------- the gatherers
 
 @gluon.jit
-def _dequantize(k_lat, raw, scales, L3: gl.constexpr):
+def _dequantize(k_lat, raw, scales):
     """Rewrite the raw e4m3 tile in `raw` (which overlaps k_lat) as bf16 rows in k_lat, each 128-wide
-    tile times its scale, 32 rows at a time (the PV accumulator holds half the registers)."""
-    SL: gl.constexpr = gl.SliceLayout(2, L3)
-    lat_a = raw.slice(0, 32).load(L3)
-    lat_b = raw.slice(32, 32).load(L3)
+    tile times its scale, in two halves of 32 rows."""
+    SL: gl.constexpr = gl.SliceLayout(2, DEQUANT)
+    lat_a = raw.slice(0, 32).load(DEQUANT)
+    lat_b = raw.slice(32, 32).load(DEQUANT)
     scale_a = scales.slice(0, 32).load(SL)
     scale_b = scales.slice(32, 32).load(SL)
-    barrier()  # every warp holds its raw rows before any bf16 row overwrites them
+    barrier()  # every thread holds its raw rows before any bf16 row overwrites them
     k_lat.slice(0, 32).store(gl.reshape((lat_a.to(gl.float32) * scale_a[:, :, None]).to(gl.bfloat16), [32, 512]))
     k_lat.slice(32, 32).store(gl.reshape((lat_b.to(gl.float32) * scale_b[:, :, None]).to(gl.bfloat16), [32, 512]))
 
 
 @gluon.jit
-def _tile_entries(idx_row, j0, end, num_warps: gl.constexpr):
+def _tile_entries(idx_row, j0, end):
     """Tile j0's top-k entries in the layouts _fetch_fp8_tile copies by."""
-    return (_entries(idx_row, j0, end, _latent_layout(True, num_warps)),
-            _entries(idx_row, j0, end, _scale_layout(num_warps)),
-            _entries(idx_row, j0, end, _rope_layout(num_warps)))
+    return (_entries(idx_row, j0, end, RAW), _entries(idx_row, j0, end, SCALES), _entries(idx_row, j0, end, ROPE_ROWS))
 
 
 @gluon.jit
-def _fetch_fp8_tile(buf, entries, k_rope, raw2, scales, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots,
-                    num_warps: gl.constexpr):
+def _fetch_fp8_tile(buf, entries, k_rope, raw2, scales, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots):
     """Start the cp.async copies of a tile (its _tile_entries) into key buffer buf: the raw latent into
     the buffer's upper half, its scales, and the rope dims. One commit group."""
     lat_idx, scale_idx, rope_idx = entries
-    _copy_rows(raw2.index(2 * buf + 1), kv_ptr, lat_idx, num_slots, stride_kv, 0, _latent_layout(True, num_warps))
-    _copy_rows(scales, kv_f32_ptr, scale_idx, num_slots, MLA_FP8_BYTES // 4, 128, _scale_layout(num_warps))
+    _copy_rows(raw2.index(2 * buf + 1), kv_ptr, lat_idx, num_slots, stride_kv, 0, RAW)
+    _copy_rows(scales, kv_f32_ptr, scale_idx, num_slots, MLA_FP8_BYTES // 4, 128, SCALES)
     # a constant row stride, so cp.async sees 16-byte aligned rows
-    _copy_rows(k_rope.index(buf), kv_bf16_ptr, rope_idx, num_slots, MLA_FP8_BYTES // 2, 264, _rope_layout(num_warps))
+    _copy_rows(k_rope.index(buf), kv_bf16_ptr, rope_idx, num_slots, MLA_FP8_BYTES // 2, 264, ROPE_ROWS)
     async_copy.commit_group()
 
-
-@gluon.jit
-def _single_stream(q_lat, q_rope, k_lat, k_rope, p_smem, raw2, raw3, scales, kv_ptr, kv_f32_ptr, kv_bf16_ptr,
-                   stride_kv, num_slots, idx_row, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
-                   H: gl.constexpr, PARTIAL: gl.constexpr, num_warps: gl.constexpr):
-    """All eight warps in one stream: tile t + 1's copies go out after QK t and land, and are
-    dequantized, under PV t."""
-    QK: gl.constexpr = _qk_layout(num_warps)
-    PV: gl.constexpr = _pv_layout(num_warps)
-    # raw e4m3 rows read back for dequantization: a warp per row, 16 bytes a thread
-    L3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [1, 4, 8], [num_warps, 1, 1], [2, 1, 0])
-    tiles = (k_rope, raw2, scales, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots)
-    _fetch_fp8_tile(0, _tile_entries(idx_row, lo, end, num_warps), *tiles, num_warps)
-    entries = _tile_entries(idx_row, lo + 64, end, num_warps)
-    async_copy.wait_group(0)
-    barrier()
-    _dequantize(k_lat.index(0), raw3.index(1), scales, L3)
-    fence_async_shared()
-    barrier()
-
-    m_i = gl.full([64], float("-inf"), gl.float32, gl.SliceLayout(1, QK))
-    l_i = gl.zeros([64], gl.float32, gl.SliceLayout(1, QK))
-    s_zero = gl.zeros([64, 64], gl.float32, QK)
-    o = gl.zeros([64, 512], gl.float32, PV)
-    n_tiles = _num_tiles(lo, end)
-    # the loop and its last wait inside one branch: a zero accumulator reaching that wait around
-    # the loop would make ptxas serialize every wgmma (C7515, seen with Triton 3.9)
-    if n_tiles > 0:
-        acc = warpgroup_mma_init(o)  # loop-carried as an MMA in flight
-        for t in range(n_tiles):
-            b = t % 2
-            s = _qk(q_lat, q_rope, k_lat.index(b), k_rope.index(b), s_zero)
-            j = lo + t * 64 + gl.arange(0, 64, layout=gl.SliceLayout(0, QK))
-            idx = gl.load(idx_row + j, mask=j < end, other=-1)  # the mask's entries load under QK t
-            s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s, acc))
-            barrier()  # both warpgroups are past QK t and PV t - 1: P and the other key buffer are free
-            # tile t + 1's copies (entries loaded an iteration ago) run under the softmax and PV t
-            _fetch_fp8_tile(1 - b, entries, *tiles, num_warps)
-            entries = _tile_entries(idx_row, lo + (t + 2) * 64, end, num_warps)
-            p, alpha, m_i, l_i = _online_softmax(s, _valid(idx, num_slots), scale_log2, m_i, l_i)
-            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, PV), assert_trivial=True)[:, None]
-            p_smem.store(p.to(gl.bfloat16))
-            fence_async_shared()
-            barrier()  # all of P is in place
-            acc = warpgroup_mma(p_smem, k_lat.index(b), acc, is_async=True)
-            async_copy.wait_group(0)
-            barrier()  # tile t + 1 has landed, from every warp's copies
-            _dequantize(k_lat.index(1 - b), raw3.index(3 - 2 * b), scales, L3)  # under PV t
-            fence_async_shared()
-            barrier()  # tile t + 1 is in place for QK t + 1
-        o = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    # key buffer n_tiles % 2 took the dummy tile past the end, which no MMA reads
-    _store_columns(o, _inverse_sum(l_i), out_ptr, n, split, num_splits, h0, 0, k_lat.index(n_tiles % 2), H, PARTIAL,
-                   PV, num_warps)
-    _store_lse(m_i, l_i, lse_ptr, n, split, num_splits, h0, H, PARTIAL, gl.SliceLayout(1, QK))
-
-
-# ---------------------------------------------------------------- bf16 pool: three warpgroups
 
 @gluon.jit
 def _gather(k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots, idx_row, lo, end):
     """The gatherer: tile t copied by cp.async into buffer t % 2 once both MMA warpgroups are done
     with tile t - 2, from entries loaded a tile earlier; and which of its rows are valid, into
     valid[t % 2], so that the scorer's mask costs no global load."""
-    LL: gl.constexpr = _latent_layout(False, 4)
-    LR: gl.constexpr = _rope_layout(4)
+    LL: gl.constexpr = LATENT
+    LR: gl.constexpr = ROPE_ROWS
     lat_idx = _entries(idx_row, lo, end, LL)
     rope_idx = _entries(idx_row, lo, end, LR)
     for t in range(_num_tiles(lo, end)):
@@ -291,12 +212,32 @@ def _gather(k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots, idx
 
 
 @gluon.jit
+def _gather_fp8(k_lat, k_rope, raw2, raw3, scales, valid, ready, free, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv,
+                num_slots, idx_row, lo, end):
+    """The FP8 gatherer: as _gather, but tile t lands raw in the upper half of buffer t % 2 (its
+    scales beside) and is rewritten there as bf16 before the scorer hears of it."""
+    tiles = (k_rope, raw2, scales, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots)
+    entries = _tile_entries(idx_row, lo, end)
+    for t in range(_num_tiles(lo, end)):
+        b = t % 2
+        if t >= 2:
+            mbarrier.wait(free.index(b), (t // 2 - 1) & 1)
+        _fetch_fp8_tile(b, entries, *tiles)
+        valid.index(b).store(_valid(entries[2], num_slots).to(gl.int8))
+        entries = _tile_entries(idx_row, lo + (t + 1) * 64, end)
+        async_copy.wait_group(0)
+        barrier()  # (this warpgroup's barrier) every thread's copies have landed
+        _dequantize(k_lat.index(b), raw3.index(2 * b + 1), scales)
+        fence_async_shared()
+        barrier()  # (this warpgroup's barrier) the whole bf16 tile is in place
+        mbarrier.arrive(ready.index(b))
+
+
+@gluon.jit
 def _scorer(q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free, p_ready, p_free, done,
             valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
             H: gl.constexpr, PARTIAL: gl.constexpr):
     """Warpgroup 0: QK of each whole tile, the online softmax, and value columns 0..255."""
-    QK: gl.constexpr = _qk_layout(4)
-    PV: gl.constexpr = _pv_layout(4)
     m_i = gl.full([64], float("-inf"), gl.float32, gl.SliceLayout(1, QK))
     l_i = gl.zeros([64], gl.float32, gl.SliceLayout(1, QK))
     acc = gl.zeros([64, 256], gl.float32, PV)
@@ -327,7 +268,7 @@ def _scorer(q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, f
     mbarrier.arrive(done)
     # key buffer n_tiles % 2 last held tile n_tiles - 2, whose products are done (p_free above)
     stage = k_lat.index(n_tiles % 2).slice(0, 256, dim=1)
-    _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, 0, stage, H, PARTIAL, PV, 4)
+    _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, 0, stage, H, PARTIAL)
     _store_lse(m_i, l_i, lse_ptr, n, split, num_splits, h0, H, PARTIAL, gl.SliceLayout(1, QK))
 
 
@@ -335,7 +276,6 @@ def _scorer(q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, f
 def _second_half(k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr,
                  n, split, num_splits, h0, H: gl.constexpr, PARTIAL: gl.constexpr):
     """Warpgroup 1: value columns 256..511 from the scorer's P, rescaled by its factors."""
-    PV: gl.constexpr = _pv_layout(4)
     acc = gl.zeros([64, 256], gl.float32, PV)
     n_tiles = _num_tiles(lo, end)
     for t in range(n_tiles):
@@ -349,7 +289,7 @@ def _second_half(k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, don
     mbarrier.wait(done, 0)
     stage = k_lat.index(n_tiles % 2).slice(256, 256, dim=1)  # as the scorer's
     _store_columns(acc, inv_smem.load(gl.SliceLayout(1, PV)), out_ptr, n, split, num_splits, h0, 256, stage, H,
-                   PARTIAL, PV, 4)
+                   PARTIAL)
 
 
 # ---------------------------------------------------------------- the kernel
@@ -381,44 +321,47 @@ def _sparse_mla_kernel(
     k_lat = gl.allocate_shared_memory(gl.bfloat16, [2, 64, 512], LAT)
     k_rope = gl.allocate_shared_memory(gl.bfloat16, [2, 64, 64], ROPE)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [64, 64], ROPE)
+    # the scorer's per-row rescale factors (each tile) and 1 / l (at the end), for the second warpgroup
+    alpha_smem = gl.allocate_shared_memory(gl.float32, [64], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    inv_smem = gl.allocate_shared_memory(gl.float32, [64], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    # per key buffer, which of its rows hold a valid entry (the gatherer's, for the scorer's mask)
+    valid = gl.allocate_shared_memory(gl.int8, [2, 64], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(free.index(i), count=2)  # both MMA warpgroups give a buffer back
+    mbarrier.init(p_ready, count=1)
+    mbarrier.init(p_free, count=1)
+    mbarrier.init(done, count=1)
+    fence_async_shared()
+    barrier()  # Q and the barriers are in place for every warp
+    # the partitions' arguments written out here: constexprs bound to a name first would reach
+    # them as runtime values, and a partition cannot be chosen into a variable
     if FP8:
         # a raw tile lands in the upper half of its key buffer's bytes, its scales beside
         # (half h of buffer b is index 2 b + h of the byte views)
         raw2 = reinterpret(k_lat, gl.float8e4nv, [4, 64, 512], PLAIN)
         raw3 = reinterpret(k_lat, gl.float8e4nv, [4, 64, 4, 128], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
         scales = gl.allocate_shared_memory(gl.float32, [64, 4], PLAIN)
-        _single_stream(q_lat, q_rope, k_lat, k_rope, p_smem, raw2, raw3, scales, kv_ptr, kv_f32_ptr, kv_bf16_ptr,
-                       stride_kv, num_slots, idx_row, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
-                       H, PARTIAL, num_warps)
-    else:
-        # the scorer's per-row rescale factors (each tile) and 1 / l (at the end), for the second warpgroup
-        alpha_smem = gl.allocate_shared_memory(gl.float32, [64], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        inv_smem = gl.allocate_shared_memory(gl.float32, [64], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        # per key buffer, which of its rows hold a valid entry (the gatherer's, for the scorer's mask)
-        valid = gl.allocate_shared_memory(gl.int8, [2, 64], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(2):
-            mbarrier.init(ready.index(i), count=1)
-            mbarrier.init(free.index(i), count=2)  # both MMA warpgroups give a buffer back
-        mbarrier.init(p_ready, count=1)
-        mbarrier.init(p_free, count=1)
-        mbarrier.init(done, count=1)
-        fence_async_shared()
-        barrier()  # Q and the barriers are in place for every warp
-        # the partitions' arguments written out here: constexprs bound to a name first would reach
-        # them as runtime values
         gl.warp_specialize([
-            (_scorer, (q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready,
-                       free, p_ready, p_free, done, valid, lo, end, scale_log2, out_ptr,
-                       lse_ptr, n, split, num_splits, h0, H, PARTIAL)),
-            (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready,
-                            p_free, done, lo, end, out_ptr, n, split, num_splits, h0, H, PARTIAL)),
-            (_gather, (k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots,
-                       idx_row, lo, end)),
+            (_scorer, (q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free, p_ready, p_free,
+                       done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0, H, PARTIAL)),
+            (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr, n,
+                            split, num_splits, h0, H, PARTIAL)),
+            (_gather_fp8, (k_lat, k_rope, raw2, raw3, scales, valid, ready, free, kv_ptr, kv_f32_ptr, kv_bf16_ptr,
+                           stride_kv, num_slots, idx_row, lo, end)),
+        ], [4, 4], [SECOND_REGS, GATHER_REGS])
+    else:
+        gl.warp_specialize([
+            (_scorer, (q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free, p_ready, p_free,
+                       done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0, H, PARTIAL)),
+            (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr, n,
+                            split, num_splits, h0, H, PARTIAL)),
+            (_gather, (k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots, idx_row, lo, end)),
         ], [4, 4], [SECOND_REGS, GATHER_REGS])
 
 
@@ -428,17 +371,11 @@ def runs_on(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
-def num_warps(fp8: bool) -> int:
-    """Warps of the launch: the single stream's eight, or the scorer's four (the other two
-    warpgroups of the bf16 schedule come on top)."""
-    return 8 if fp8 else 4
-
-
 def launch(q, views, stride_kv, num_slots, indices, topk, part, part_lse, scale_log2, keys_per_split, split, fp8):
     """Start the kernel on sparse_mla's checked arguments; `part` / `part_lse` as there."""
     n, heads, _ = q.shape
     _sparse_mla_kernel[(n * split * (heads // BLOCK_H),)](
         q, q.stride(0), q.stride(1), *views, stride_kv, num_slots, indices, indices.stride(0), topk,
         part, part_lse, scale_log2, keys_per_split, split,
-        H=heads, FP8=fp8, PARTIAL=split > 1, num_warps=num_warps(fp8),
+        H=heads, FP8=fp8, PARTIAL=split > 1, num_warps=NUM_WARPS,
     )

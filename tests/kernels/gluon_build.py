@@ -45,7 +45,7 @@ def sparse_mla(fp8: bool, partial: bool) -> dict:
     aligned = {"q_ptr", "stride_qn", "stride_qh", "kv_ptr", "kv_f32_ptr", "kv_bf16_ptr", "stride_kv", "idx_ptr",
                "stride_idx", "out_ptr", "lse_ptr"}
     k, warnings = build(sparse_mla_gluon._sparse_mla_kernel, types, dict(H=128, FP8=fp8, PARTIAL=partial),
-                        aligned, sparse_mla_gluon.num_warps(fp8))
+                        aligned, sparse_mla_gluon.NUM_WARPS)
     ptx = k.asm["ptx"]
     return dict(kernel="sparse_mla", fp8=fp8, partial=partial, shared=k.metadata.shared, cp_async="cp.async." in ptx,
                 setmaxnreg="setmaxnreg" in ptx, ptxas_warnings=warnings)
