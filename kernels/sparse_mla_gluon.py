@@ -12,9 +12,9 @@ bf16 key buffers and P (~226 KB), so one program runs per SM. The warpgroups (gl
   tile t - 2, and each row's validity beside it for the scorer's mask. A bf16 pool's rows land in
   place. An FP8 pool's rows land raw (512 e4m3 bytes) in the upper half of the buffer's bytes,
   their scales and rope dims beside, and the gatherer rewrites the tile in place as bf16 rows
-  (each 128-wide tile times its scale in fp32, one bf16 rounding: FlashMLA's). Until the eleventh
+  (each 128-wide tile times its scale in fp32, one bf16 rounding: FlashMLA's). Until the twelfth
   session FP8 pools had eight warps in one stream dequantizing under PV; taking the
-  dequantization off the MMA warps made FP8 decode 4-24% faster (docs/PERFORMANCE.md).
+  dequantization off the MMA warps made FP8 decode 6-23% faster (docs/PERFORMANCE.md).
 
 Synchronization is by mbarriers: `ready` / `free` per key buffer (gatherer -> scorer; both MMA
 warpgroups -> gatherer), `p_ready` / `p_free` for P, and `done` for the scorer's final 1 / l. Each
