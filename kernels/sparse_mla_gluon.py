@@ -189,18 +189,16 @@ def _gather(k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots, idx
     """The gatherer: tile t copied by cp.async into buffer t % 2 once both MMA warpgroups are done
     with tile t - 2, from entries loaded a tile earlier; and which of its rows are valid, into
     valid[t % 2], so that the scorer's mask costs no global load."""
-    LL: gl.constexpr = LATENT
-    LR: gl.constexpr = ROPE_ROWS
-    lat_idx = _entries(idx_row, lo, end, LL)
-    rope_idx = _entries(idx_row, lo, end, LR)
+    lat_idx = _entries(idx_row, lo, end, LATENT)
+    rope_idx = _entries(idx_row, lo, end, ROPE_ROWS)
     for t in range(_num_tiles(lo, end)):
         b = t % 2
-        lat_next = _entries(idx_row, lo + (t + 1) * 64, end, LL)
-        rope_next = _entries(idx_row, lo + (t + 1) * 64, end, LR)
+        lat_next = _entries(idx_row, lo + (t + 1) * 64, end, LATENT)
+        rope_next = _entries(idx_row, lo + (t + 1) * 64, end, ROPE_ROWS)
         if t >= 2:
             mbarrier.wait(free.index(b), (t // 2 - 1) & 1)
-        _copy_rows(k_lat.index(b), kv_ptr, lat_idx, num_slots, stride_kv, 0, LL)
-        _copy_rows(k_rope.index(b), kv_ptr, rope_idx, num_slots, stride_kv, 512, LR)
+        _copy_rows(k_lat.index(b), kv_ptr, lat_idx, num_slots, stride_kv, 0, LATENT)
+        _copy_rows(k_rope.index(b), kv_ptr, rope_idx, num_slots, stride_kv, 512, ROPE_ROWS)
         async_copy.commit_group()
         valid.index(b).store(_valid(rope_idx, num_slots).to(gl.int8))
         lat_idx = lat_next
