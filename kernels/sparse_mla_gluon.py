@@ -122,7 +122,7 @@ def _inverse_sum(l_i):
 def _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, c0, stage, H: gl.constexpr, PARTIAL: gl.constexpr):
     """Value columns c0 .. c0 + 255 of the output from acc [64, 256] (layout PV) times 1 / l
     (float32 partials when the top-k range is split). bf16 outputs go through `stage`, a free
-    [64, width] of a key buffer, and leave in 16-byte row-contiguous stores: straight from the MMA
+    [64, 256] of a key buffer, and leave in 16-byte row-contiguous stores: straight from the MMA
     layout they were 4-byte stores, ~8% of the kernel's time in a prefill profile."""
     o = acc * gl.convert_layout(inv, gl.SliceLayout(1, PV), assert_trivial=True)[:, None]
     if PARTIAL:
@@ -131,7 +131,7 @@ def _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, c0, stage, H: gl
         gl.store(out_ptr + ((n * num_splits + split) * H + h).to(gl.int64)[:, None] * 512 + col[None, :], o)
     else:
         stage.store(o.to(gl.bfloat16))
-        barrier()  # (the storing warps' barrier) the whole [64, width] is staged
+        barrier()  # (the storing warps' barrier) the whole [64, 256] is staged
         h = h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, LATENT))
         col = c0 + gl.arange(0, 256, layout=gl.SliceLayout(0, LATENT))
         gl.store(out_ptr + (n * H + h).to(gl.int64)[:, None] * 512 + col[None, :], stage.load(LATENT))

@@ -10,13 +10,21 @@ Each argument names .ab/gluon_<name>.py; all are timed, the stamped ones traced.
 gatherer 0 top of its iteration, 1 copies issued (after the wait for the buffer), 2 copies landed,
 3 tile dequantized; scorer 0 tile ready, 1 QK done, 2 P handed over, 3 buffer given back; second
 warpgroup 0 P received, 1 its P V done."""
-import importlib.util, json, os, sys
-import torch, triton.testing
+import importlib.util
+import json
+import os
+import sys
+
+import torch
+import triton.testing
+
 from dsa_kernels import dispatch, sparse_mla
 
 def load(name, path):
     spec = importlib.util.spec_from_file_location(f"dsa_kernels.{name}", path)
-    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); return m
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
 
 mods = {name: load(f"g_{name}", f".ab/gluon_{name}.py") for name in sys.argv[1:]}
 SLOTS, SCALE = 262144, 576 ** -0.5
@@ -43,7 +51,8 @@ for heads, batch in ((128, 128), (128, 64), (64, 128)):
         if not hasattr(mod, "TRACE"):
             continue
         mod.TRACE.zero_()
-        call(mod, q, fp8, idx); torch.cuda.synchronize()
+        call(mod, q, fp8, idx)
+        torch.cuda.synchronize()
         tr = mod.TRACE[:-8].view(-1, 3, 32, 4)
         torch.save(tr.cpu(), os.path.join(OUT, f"trace_{name}_{heads}h_b{batch}.pt"))
         g, s, w = tr[:, 2], tr[:, 0], tr[:, 1]
