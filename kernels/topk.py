@@ -443,7 +443,8 @@ def topk_transform(
     """logits [N, W] fp32, lengths [N] int32 -> [N, k] int32: positions, slots or ragged indices, -1 padded.
 
     Row i ranks logits[i, row_starts[i] : row_starts[i] + lengths[i]] (within W); argument checks
-    live in kernels/dispatch.py. `config` defaults to topk_config for the shape.
+    live in kernels/dispatch.py. Without a `config`, grids small enough for kernels/topk_cooperative
+    take its single launch; the rest take these three launches with topk_config for the shape.
     """
     n, width = logits.shape
     out = torch.empty(n, k, device=logits.device, dtype=torch.int32)
@@ -451,6 +452,13 @@ def topk_transform(
         return out
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
+    if config is None:
+        from .topk_cooperative import cooperative_topk, parts_per_row
+
+        parts = parts_per_row(n, width, _num_sms(logits.device))
+        if parts is not None and cooperative_topk(logits, lengths, row_starts, k, parts, out, transform, block_table,
+                                                  page_size, next_n, offsets):
+            return out
     cfg = config or topk_config(n, width, k, _num_sms(logits.device))
     lists = candidate_lists(logits, lengths, row_starts, k, cfg)
     select_and_write(logits, lengths, row_starts, k, cfg, lists, out, transform, block_table, page_size, next_n,

@@ -1,0 +1,255 @@
+"""Exact top-k in one launch for small grids: a row's programs narrow down its k-th key together,
+meeting at barriers in global memory.
+
+At small batch the three-launch top-k (kernels/topk.py) is latency-bound: three dependent launches
+and a select that resolves ~3K candidates in one program per row. Here each row is split across P
+programs (rows x P at most the SM count, so all of them are resident at once and may wait for each
+other), each holding its slice of the row in registers:
+
+1. every program of the row reads the same strided sample of it; the sample's minimum and maximum
+   span 64 equal-width value bins (by value rather than by key bits: ~1.4% of a normal row then
+   shares the k-th key's bin);
+2. rounds: each program histograms its live keys (those in the bins chosen so far) over the
+   round's 64 bins and publishes the histogram; the row's programs meet; each reads all P and picks
+   the bin holding the need-th largest live key. Two rounds by value (the second splits the chosen
+   bin 64 ways), then 6-bit digits of the key's ordered bits, until the chosen bin holds at most
+   PAIR_CAP keys, exactly the keys still needed, or one value;
+3. a bin of at most PAIR_CAP keys is gathered (the programs meet once more) and ranked pairwise
+   by key, then position. Every program knows from the histograms how many keys the programs
+   before it take, so each writes its own in ascending position order with no further meeting.
+
+The result equals kernels/reference.topk_positions_ref bit for bit: ties at the k-th key go to the
+lowest positions, rows no longer than k return every position then -1.
+
+Barriers: one int32 counter per row (per device and stream) that is zeroed once and never reset.
+Each program adds 128 / P and waits for the next multiple of 128, so the counters stay multiples of
+128 between launches whatever P a launch uses; they are compared by difference, so wrapping around
+is harmless. Under TRITON_INTERPRET=1 programs run one after another, so P is 1 there.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
+
+from .topk import _num_sms, _ordered_key, _pdl, _row, _transform
+from .triton_dot import INTERPRET
+
+BINS = tl.constexpr(64)
+VALUE_ROUNDS = tl.constexpr(3)
+PAIR_CAP = 64  # the most keys of the last bin ranked pairwise ([PAIR_CAP, PAIR_CAP] compares a program)
+SAMPLE = 1024  # keys of the sample whose extremes span the first round's bins
+MIN_SLICE, MAX_SLICE = 512, 8192  # keys a program holds (device_parts)
+
+
+@triton.jit
+def _meet(counter, P: tl.constexpr):
+    """Wait until the row's P programs have all arrived. The release / acquire pair orders every
+    program's global stores before the loads of the others after the meeting."""
+    tl.debug_barrier()  # every thread's stores come before the release below
+    arrived = tl.atomic_add(counter, 128 // P, sem="acq_rel", scope="gpu")
+    target = (arrived & -128) + 128
+    while tl.atomic_add(counter, 0, sem="acquire", scope="gpu") - target < 0:
+        pass
+    tl.debug_barrier()
+
+
+@triton.jit
+def _add(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
+
+
+@triton.jit
+def _count_max_min(n_a, above_a, at_a, above_mine_a, at_mine_a, n_b, above_b, at_b, above_mine_b, at_mine_b):
+    return (n_a + n_b, tl.maximum(above_a, above_b), tl.minimum(at_a, at_b), tl.maximum(above_mine_a, above_mine_b),
+            tl.minimum(at_mine_a, at_mine_b))
+
+
+@triton.jit
+def _pick_bin(hists, earlier, need):
+    """From the row's histograms [P, BINS] (earlier: the rows of the programs before this one), the
+    bin of the need-th largest live key: the bin, the keys above it and in it, and of those, the
+    earlier programs' counts. One reduction, one scan and one reduction, as each costs a round of
+    barriers across the program's warps."""
+    total, mine = tl.reduce((hists, tl.where(earlier, hists, 0)), 0, _add)
+    at_or_above, at_or_above_mine = tl.associative_scan((total, mine), 0, _add, reverse=True)
+    # both fall as the bin grows; bin 0 holds every live key (>= need), the bin sought is the last reaching need
+    reaches = at_or_above >= need
+    n, above, at, above_mine, at_mine = tl.reduce(
+        (reaches.to(tl.int32), tl.where(reaches, 0, at_or_above), tl.where(reaches, at_or_above, 0x7FFFFFFF),
+         tl.where(reaches, 0, at_or_above_mine), tl.where(reaches, at_or_above_mine, 0x7FFFFFFF)), 0, _count_max_min)
+    return n - 1, above, at - above, above_mine, at_mine - above_mine
+
+
+@triton.jit
+def _max_max_add(a0, a1, a2, b0, b1, b2):
+    return tl.maximum(a0, b0), tl.maximum(a1, b1), a2 + b2
+
+
+@triton.jit
+def _topk_kernel(
+    logits_ptr, stride_logits, starts_ptr, lens_ptr, counters, exch_ptr, gather_ptr, out_ptr, stride_out,
+    bt_ptr, stride_bt, offs_ptr, NEXT_N,
+    K: tl.constexpr, P: tl.constexpr, SLICE: tl.constexpr, SAMPLE: tl.constexpr, PAIR_CAP: tl.constexpr,
+    HAS_STARTS: tl.constexpr, PAGE: tl.constexpr, TRANSFORM: tl.constexpr, PDL: tl.constexpr,
+):
+    if PDL:
+        gdc_wait()  # launched early (programmatic dependent launch): the logits' writer must be done
+    row = tl.program_id(0)
+    part = tl.program_id(1)
+    length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
+    out_row = out_ptr + row.to(tl.int64) * stride_out
+    if length <= K:  # dense: every position, then -1; the row's programs share the slots
+        for c in range(part * SLICE, K, P * SLICE):
+            slot = c + tl.arange(0, SLICE)
+            val = _transform(tl.where(slot < length, slot, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE,
+                             TRANSFORM)
+            tl.store(out_row + slot, val.to(tl.int32), mask=slot < K)
+    else:
+        pos = part * SLICE + tl.arange(0, SLICE)
+        live = pos < length
+        x = tl.load(base + pos, mask=live, other=0.0)
+        sample = tl.load(base + (tl.arange(0, SAMPLE).to(tl.int64) * length) // SAMPLE)
+        lo = tl.min(sample, axis=0)
+        span = tl.max(sample, axis=0) - lo
+        scale = BINS / tl.maximum(span, 1e-30)  # no division by zero; a zero span takes no value rounds
+        # bins by value need a finite, positive span (no infinities in the sample, not one value)
+        value_rounds = tl.where((span > 0.0) & (span < float("inf")) & (scale < float("inf")), VALUE_ROUNDS, 0)
+        key = _ordered_key(x)
+        rev = 0x7FFFFFFF - pos  # larger for lower positions, which take the ties at the k-th key
+        bins = tl.arange(0, BINS)
+        parts = tl.arange(0, P)
+        exch = exch_ptr + row.to(tl.int64) * (2 * P * BINS)
+        gather = gather_ptr + row.to(tl.int64) * (2 * PAIR_CAP + 1)  # keys, positions, then a counter
+        counter = counters + row
+        if part == 0:
+            tl.store(gather + 2 * PAIR_CAP, 0)  # the first meeting orders this before any program counts
+        need = tl.zeros((), tl.int32) + K  # how many live keys still belong to the top k
+        taken = pos < 0  # keys above the bins chosen so far: in the top k
+        above_before = tl.zeros((), tl.int32)  # keys taken so far by the row's earlier programs
+        share_before = tl.zeros((), tl.int32)  # their live keys
+        share = tl.zeros((), tl.int32)  # the row's live keys
+        rnd = tl.zeros((), tl.int32)
+        going = rnd == 0
+        while going:
+            if rnd < value_rounds:
+                bin = tl.minimum(tl.maximum((x - lo) * scale, 0.0), BINS - 1.0).to(tl.int32)
+            else:
+                # 6-bit digits from the top, six of the key then six of the reversed position, so
+                # the live keys end up distinct; a last digit's upper bits are already equal
+                digit = rnd - value_rounds
+                shift = tl.maximum(26 - 6 * (digit % 6), 0).to(tl.uint32)
+                bin = ((tl.where(digit < 6, key, rev.to(tl.uint32)) >> shift) & (BINS - 1)).to(tl.int32)
+            buf = exch + (rnd % 2) * (P * BINS)  # two buffers: a program can be at most one round ahead
+            tl.store(buf + part * BINS + bins, tl.histogram(bin, BINS, mask=live))
+            _meet(counter, P)
+            hists = tl.load(buf + parts[:, None] * BINS + bins[None, :], cache_modifier=".cg")
+            b, above, share, above_earlier, share_before = _pick_bin(hists, parts[:, None] < part, need)
+            above_before += above_earlier
+            taken = taken | (live & (bin > b))
+            live = live & (bin == b)
+            need -= above
+            if rnd < value_rounds:
+                lo += b.to(tl.float32) / scale
+                scale *= BINS
+            rnd += 1
+            going = (share > PAIR_CAP) & (share > need)
+        if share > need:
+            # At most PAIR_CAP live keys left in the row: gathered (in any order) and ranked pairwise
+            # by key, then position; the need-th of them is the last key taken.
+            slot = tl.atomic_add(gather + 2 * PAIR_CAP + tl.zeros_like(pos), 1, mask=live, sem="relaxed")
+            tl.store(gather + slot, key.to(tl.int32, bitcast=True), mask=live)
+            tl.store(gather + PAIR_CAP + slot, pos, mask=live)
+            _meet(counter, P)
+            g = tl.arange(0, PAIR_CAP)
+            ok = g < share
+            gk = tl.load(gather + g, mask=ok, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+            gp = tl.load(gather + PAIR_CAP + g, mask=ok, other=0, cache_modifier=".cg")
+            ahead = ok[None, :] & ((gk[None, :] > gk[:, None]) | ((gk[None, :] == gk[:, None]) & (gp[None, :] < gp[:, None])))
+            rank = tl.sum(ahead.to(tl.int32), axis=1)
+            last_key = ok & (rank == need - 1)
+            thr_key, thr_pos, chosen_before = tl.reduce(
+                (tl.where(last_key, gk, 0), tl.where(last_key, gp, -1), (ok & (rank < need) & (gp < part * SLICE)).to(tl.int32)),
+                0, _max_max_add)
+            pick = (key > thr_key) | ((key == thr_key) & (pos <= thr_pos))
+        else:  # the live keys are exactly those still needed
+            chosen_before = share_before
+            pick = live
+        take = taken | (live & pick)
+        slot = above_before + chosen_before + tl.cumsum(take.to(tl.int32), axis=0) - 1
+        val = _transform(tl.where(take, pos, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
+        tl.store(out_row + slot, val.to(tl.int32), mask=take)
+
+
+def parts_per_row(rows: int, width: int, num_sms: int) -> int | None:
+    """Programs per row, or None where this kernel does not serve (the three-launch top-k does).
+    Under the interpreter 1: it runs programs one after another, so they could not meet."""
+    if INTERPRET:
+        return 1 if width <= MAX_SLICE else None
+    return device_parts(rows, width, num_sms)
+
+
+def device_parts(rows: int, width: int, num_sms: int) -> int | None:
+    """A row's programs wait for each other, so rows x parts must fit the SMs at once: the most
+    parts (a power of two) that do, while a part holds at least MIN_SLICE keys; None when a part
+    would hold more than MAX_SLICE. From the H100 sweep in docs/PERFORMANCE.md: more, smaller parts
+    win as long as they fit (batch 1 / 32K: 12.1 us at 64 parts, 24.4 at 4), and 16K-key parts
+    lose to the three launches (batch 64 / 32K: 60 against 27 us)."""
+    parts = 1
+    while rows * parts * 2 <= num_sms and width >= parts * 2 * MIN_SLICE:
+        parts *= 2
+    return parts if rows * parts <= num_sms and triton.cdiv(width, parts) <= MAX_SLICE else None
+
+
+_counters: dict = {}
+_refused: dict = {}  # per device, the smallest grid the driver refused to launch cooperatively
+
+
+def _barrier_counters(device: torch.device, rows: int) -> torch.Tensor:
+    """The rows' barrier counters, zeroed once per device and stream (a launch on another stream
+    must not share them). On a GPU rows never exceed the SM count, so the first buffer is final."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    buf = _counters.get((device, stream))
+    if buf is None or buf.numel() < rows:
+        buf = _counters[(device, stream)] = torch.zeros(max(rows, _num_sms(device)), device=device, dtype=torch.int32)
+    return buf
+
+
+def cooperative_topk(
+    logits, lengths, row_starts, k: int, parts: int, out: torch.Tensor, transform: int, block_table, page_size: int,
+    next_n: int, offsets,
+) -> bool:
+    """Arguments as kernels/topk.topk_transform, parts from parts_per_row; False (nothing written)
+    when the driver refuses the grid as a cooperative launch, e.g. an MPS client given fewer SMs
+    than the device has: the caller then takes the three launches."""
+    n, width = logits.shape
+    if n * parts >= _refused.get(logits.device, n * parts + 1):
+        return False
+    slice_ = max(triton.next_power_of_2(triton.cdiv(width, parts)), 256)
+    exch = torch.empty(n, 2, parts, BINS.value, device=logits.device, dtype=torch.int32)
+    gather = torch.empty(n, 2 * PAIR_CAP + 1, device=logits.device, dtype=torch.int32)
+    bt = block_table if block_table is not None else lengths
+    try:
+        _topk_kernel[(n, parts)](
+            logits, logits.stride(0), row_starts if row_starts is not None else lengths, lengths,
+            _barrier_counters(logits.device, n), exch, gather, out, out.stride(0), bt,
+            bt.stride(0) if block_table is not None else 0, offsets if offsets is not None else lengths, next_n,
+            K=k, P=parts, SLICE=slice_, SAMPLE=SAMPLE, PAIR_CAP=PAIR_CAP, HAS_STARTS=row_starts is not None,
+            PAGE=page_size, TRANSFORM=transform, num_warps=16 if slice_ >= 4096 else 8,
+            **_launch_options(logits.device),
+        )
+    except RuntimeError as exc:
+        if "cooperative" not in str(exc):
+            raise
+        _refused[logits.device] = min(n * parts, _refused.get(logits.device, n * parts))
+        return False
+    return True
+
+
+def _launch_options(device: torch.device) -> dict:
+    """Programmatic dependent launch as the three-launch top-k takes it, and a cooperative launch:
+    the driver then refuses a grid whose programs cannot all be resident at once instead of
+    letting its barriers wait forever."""
+    return dict(_pdl(device), **({} if device.type != "cuda" or INTERPRET else dict(launch_cooperative_grid=True)))

@@ -1,0 +1,123 @@
+"""The single-launch top-k equals the reference bit for bit. On the CPU its rows run as one program
+(the interpreter runs programs one after another, so a row's programs could not meet); the GPU
+tests split rows across many programs that meet at barriers."""
+
+import pytest
+import torch
+
+from dsa_kernels import reference, topk
+from dsa_kernels import topk_cooperative as tc
+
+
+def _coop(logits, lengths, k, parts=1, **transform):
+    out = torch.full((logits.shape[0], k), -7, dtype=torch.int32, device=logits.device)
+    assert tc.cooperative_topk(logits, lengths, transform.pop("row_starts", None), k, parts, out,
+                               transform.pop("kind", topk.TRANSFORM_NONE), transform.pop("block_table", None),
+                               transform.pop("page_size", 1), 1, transform.pop("offsets", None))
+    return out
+
+
+def _check(logits, lengths, k, starts=None):
+    lens = torch.tensor(lengths, dtype=torch.int32, device=logits.device)
+    want = reference.topk_positions_ref(logits, lens, k, starts)
+    assert torch.equal(_coop(logits, lens, k, row_starts=starts), want)
+
+
+@pytest.mark.parametrize("lengths", [[0, 1, 16, 17, 35, 700], [15, 57, 64, 699, 3, 700]])
+def test_positions_match_reference_at_ragged_edges(lengths):
+    _check(torch.randn(len(lengths), 700), lengths, 16)
+
+
+@pytest.mark.parametrize("k", [16, 300, 1000])
+def test_rounds_by_value_then_pairwise_rank_find_the_kth_key(k):
+    # 3000-key normal rows: the first value bin holding the k-th key has ~40 keys at k 16, more at
+    # 300 (a second round), and k 1000 leaves its bin for a third
+    _check(torch.randn(3, 3000), [3000, 2500, 1200], k)
+
+
+def test_rows_without_a_value_span_go_by_key_bits_then_positions():
+    # a sample holding infinities, a constant row and 16 values: the value rounds are skipped or
+    # cannot split the ties, so key-bit digits and then position digits pick the lowest positions
+    logits = torch.randn(4, 900)
+    logits[0, ::4] = float("inf")
+    logits[0, 1::4] = float("-inf")
+    logits[1] = 2.5
+    logits[2] = torch.randint(0, 16, (900,)).float()
+    logits[3, ::2] = -0.0
+    logits[3, 1::2] = 0.0
+    _check(logits, [900, 900, 871, 900], 100)
+
+
+def test_a_bin_holding_exactly_the_keys_still_needed_is_taken_whole():
+    logits = torch.zeros(2, 500)
+    logits[0, 100:116] = 1000.0 + torch.arange(16.0)  # the top value bin holds the 16 keys needed
+    logits[1, 7::31] = 5.0  # 17 equal keys: one more than needed, ties to the lowest positions
+    _check(logits, [500, 500], 16)
+
+
+def test_extreme_floats_rank_in_float_order():
+    logits = torch.randn(2, 400)
+    logits[0, 3], logits[0, 5], logits[0, 8] = 3e38, -3e38, 1e-38
+    logits[1, ::3] = -3e38
+    logits[1, 1::5] = 1e-38
+    _check(logits, [400, 397], 16)
+
+
+def test_row_starts_and_both_transforms():
+    logits = torch.randn(3, 600)
+    lens = torch.tensor([400, 90, 17], dtype=torch.int32)
+    starts = torch.tensor([0, 300, 583], dtype=torch.int32)
+    pos = reference.topk_positions_ref(logits, lens, 16, starts)
+    table = torch.randperm(3 * 600 // 8).view(3, -1).int()
+    got = _coop(logits, lens, 16, row_starts=starts, kind=topk.TRANSFORM_PAGED, block_table=table, page_size=8)
+    assert torch.equal(got, reference.paged_transform_ref(pos, table, 8))
+    offsets = torch.tensor([5, 1000, 77], dtype=torch.int32)
+    got = _coop(logits, lens, 16, row_starts=starts, kind=topk.TRANSFORM_RAGGED, offsets=offsets)
+    assert torch.equal(got, torch.where(pos >= 0, pos + offsets[:, None], -1))
+
+
+def test_default_dispatch_takes_one_launch_under_the_interpreter():
+    assert tc.parts_per_row(8, tc.MAX_SLICE, 132) == 1
+    assert tc.parts_per_row(8, tc.MAX_SLICE + 1, 132) is None
+    logits = torch.randn(2, 3000)
+    lens = torch.tensor([3000, 40], dtype=torch.int32)
+    assert torch.equal(topk.topk_transform(logits, lens, 64), reference.topk_positions_ref(logits, lens, 64))
+
+
+@pytest.mark.parametrize("rows, width, parts", [(1, 32768, 64), (4, 32768, 32), (8, 32768, 16), (32, 32768, 4),
+                                                (33, 32768, 4), (1, 131072, 128), (8, 131072, 16), (1, 4096, 8),
+                                                (34, 32768, None), (64, 32768, None), (32, 131072, None)])
+def test_device_parts_fill_the_sms_with_parts_of_512_to_8192_keys(rows, width, parts):
+    assert tc.device_parts(rows, width, 132) == parts
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows, width", [(1, 32768), (4, 20000), (32, 32768), (8, 131072)])
+def test_rows_split_across_programs_match_the_reference_on_cuda(rows, width):
+    k, page = 2048, 64
+    g = torch.Generator(device="cuda").manual_seed(0)
+    logits = torch.randn(rows, width, device="cuda", generator=g)
+    logits[0] = logits[0].to(torch.bfloat16).float()  # ties
+    if rows > 2:
+        logits[1] = torch.randint(0, 16, (width,), device="cuda", generator=g).float()  # massive ties
+        logits[2, ::5] = float("-inf")
+    lens = torch.randint(k - 5, width + 1, (rows,), device="cuda", generator=g, dtype=torch.int32)
+    lens[-1] = min(width, k)
+    table = torch.randperm(rows * -(-width // page), device="cuda", generator=g).view(rows, -1).int()
+    parts = tc.parts_per_row(rows, width, torch.cuda.get_device_properties(0).multi_processor_count)
+    assert parts is not None and parts > 1
+    want = reference.paged_transform_ref(reference.topk_positions_ref(logits, lens, k), table, page)
+    for _ in range(5):  # the barrier counters carry over from launch to launch
+        got = _coop(logits, lens, k, parts, kind=topk.TRANSFORM_PAGED, block_table=table, page_size=page)
+        assert torch.equal(got, want)
+
+
+@pytest.mark.gpu
+def test_a_grid_too_large_to_be_resident_is_refused_and_the_three_launches_serve():
+    logits = torch.randn(1, 8192, device="cuda")
+    lens = torch.tensor([8192], device="cuda", dtype=torch.int32)
+    out = torch.full((1, 2048), -7, device="cuda", dtype=torch.int32)
+    too_many = 32 * torch.cuda.get_device_properties(0).multi_processor_count
+    assert not tc.cooperative_topk(logits, lens, None, 2048, too_many, out, topk.TRANSFORM_NONE, None, 1, 1, None)
+    assert (out == -7).all()
+    assert torch.equal(topk.topk_transform(logits, lens, 2048), reference.topk_positions_ref(logits, lens, 2048))
