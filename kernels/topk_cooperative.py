@@ -3,20 +3,22 @@ meeting at barriers in global memory.
 
 At small batch the three-launch top-k (kernels/topk.py) is latency-bound: three dependent launches
 and a select that resolves ~3K candidates in one program per row. Here each row is split across P
-programs (rows x P at most the SM count, so all of them are resident at once and may wait for each
-other), each holding its slice of the row in registers:
+programs (rows x P at most the SM count, launched cooperatively, so all of them are resident at
+once and may wait for each other), each holding its slice of the row in registers:
 
 1. every program of the row reads the same strided sample of it; the sample's minimum and maximum
    span 64 equal-width value bins (by value rather than by key bits: ~1.4% of a normal row then
    shares the k-th key's bin);
 2. rounds: each program histograms its live keys (those in the bins chosen so far) over the
    round's 64 bins and publishes the histogram; the row's programs meet; each reads all P and picks
-   the bin holding the need-th largest live key. Two rounds by value (the second splits the chosen
-   bin 64 ways), then 6-bit digits of the key's ordered bits, until the chosen bin holds at most
-   PAIR_CAP keys, exactly the keys still needed, or one value;
+   the bin holding the need-th largest live key. Up to three rounds by value (each splits the bin
+   chosen before 64 ways), then 6-bit digits of the key's ordered bits, then of the reversed
+   position (keys are unique by then), until the chosen bin holds at most PAIR_CAP keys or exactly
+   the keys still needed: two rounds on normal rows of 32K-128K keys;
 3. a bin of at most PAIR_CAP keys is gathered (the programs meet once more) and ranked pairwise
-   by key, then position. Every program knows from the histograms how many keys the programs
-   before it take, so each writes its own in ascending position order with no further meeting.
+   by key, then position, which gives the last key taken. Every program knows from the histograms
+   and the gathered keys how many keys the programs before it take, so each writes its own in
+   ascending position order with no further meeting.
 
 The result equals kernels/reference.topk_positions_ref bit for bit: ties at the k-th key go to the
 lowest positions, rows no longer than k return every position then -1.
@@ -167,12 +169,12 @@ def _topk_kernel(
             ok = g < share
             gk = tl.load(gather + g, mask=ok, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
             gp = tl.load(gather + PAIR_CAP + g, mask=ok, other=0, cache_modifier=".cg")
-            ahead = ok[None, :] & ((gk[None, :] > gk[:, None]) | ((gk[None, :] == gk[:, None]) & (gp[None, :] < gp[:, None])))
-            rank = tl.sum(ahead.to(tl.int32), axis=1)
+            ahead = (gk[None, :] > gk[:, None]) | ((gk[None, :] == gk[:, None]) & (gp[None, :] < gp[:, None]))
+            rank = tl.sum((ok[None, :] & ahead).to(tl.int32), axis=1)
             last_key = ok & (rank == need - 1)
+            taken_earlier = (ok & (rank < need) & (gp < part * SLICE)).to(tl.int32)
             thr_key, thr_pos, chosen_before = tl.reduce(
-                (tl.where(last_key, gk, 0), tl.where(last_key, gp, -1), (ok & (rank < need) & (gp < part * SLICE)).to(tl.int32)),
-                0, _max_max_add)
+                (tl.where(last_key, gk, 0), tl.where(last_key, gp, -1), taken_earlier), 0, _max_max_add)
             pick = (key > thr_key) | ((key == thr_key) & (pos <= thr_pos))
         else:  # the live keys are exactly those still needed
             chosen_before = share_before

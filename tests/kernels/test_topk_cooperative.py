@@ -117,7 +117,7 @@ def test_a_grid_too_large_to_be_resident_is_refused_and_the_three_launches_serve
     logits = torch.randn(1, 8192, device="cuda")
     lens = torch.tensor([8192], device="cuda", dtype=torch.int32)
     out = torch.full((1, 2048), -7, device="cuda", dtype=torch.int32)
-    too_many = 32 * torch.cuda.get_device_properties(0).multi_processor_count
+    too_many = 1 << (32 * torch.cuda.get_device_properties(0).multi_processor_count).bit_length()  # a power of two
     assert not tc.cooperative_topk(logits, lens, None, 2048, too_many, out, topk.TRANSFORM_NONE, None, 1, 1, None)
     assert (out == -7).all()
     assert torch.equal(topk.topk_transform(logits, lens, 2048), reference.topk_positions_ref(logits, lens, 2048))
