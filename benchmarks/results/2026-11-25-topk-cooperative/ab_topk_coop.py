@@ -121,7 +121,8 @@ def graph_us(fn):
 def coop_with(parts):
     def run(logits, lens, table):
         out = torch.empty(logits.shape[0], K, device=DEV, dtype=torch.int32)
-        tc.cooperative_topk(logits, lens, None, K, parts, out, topk.TRANSFORM_PAGED, table, PAGE, 1, None)
+        if not tc.cooperative_topk(logits, lens, None, K, parts, out, topk.TRANSFORM_PAGED, table, PAGE, 1, None):
+            raise RuntimeError(f"cooperative launch of {logits.shape[0]} x {parts} programs refused")
         return out
     return run
 
