@@ -161,9 +161,9 @@ def _topk_kernel(
         if share > need:
             # At most PAIR_CAP live keys left in the row: gathered (in any order) and ranked pairwise
             # by key, then position; the need-th of them is the last key taken.
-            slot = tl.atomic_add(gather + 2 * PAIR_CAP + tl.zeros_like(pos), 1, mask=live, sem="relaxed")
-            tl.store(gather + slot, key.to(tl.int32, bitcast=True), mask=live)
-            tl.store(gather + PAIR_CAP + slot, pos, mask=live)
+            entry = tl.atomic_add(gather + 2 * PAIR_CAP + tl.zeros_like(pos), 1, mask=live, sem="relaxed")
+            tl.store(gather + entry, key.to(tl.int32, bitcast=True), mask=live)
+            tl.store(gather + PAIR_CAP + entry, pos, mask=live)
             _meet(counter, P)
             g = tl.arange(0, PAIR_CAP)
             ok = g < share
