@@ -116,9 +116,9 @@ def _topk_kernel(
         sample = tl.load(base + (tl.arange(0, SAMPLE).to(tl.int64) * length) // SAMPLE)
         lo = tl.min(sample, axis=0)
         span = tl.max(sample, axis=0) - lo
-        scale = BINS / tl.maximum(span, 1e-30)  # no division by zero; a zero span takes no value rounds
+        scale = BINS / tl.maximum(span, 1e-30)  # finite: a zero span takes no value rounds anyway
         # bins by value need a finite, positive span (no infinities in the sample, not one value)
-        value_rounds = tl.where((span > 0.0) & (span < float("inf")) & (scale < float("inf")), VALUE_ROUNDS, 0)
+        value_rounds = tl.where((span > 0.0) & (span < float("inf")), VALUE_ROUNDS, 0)
         key = _ordered_key(x)
         rev = 0x7FFFFFFF - pos  # larger for lower positions, which take the ties at the k-th key
         bins = tl.arange(0, BINS)

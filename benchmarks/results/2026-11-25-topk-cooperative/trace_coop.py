@@ -7,7 +7,8 @@ import importlib.util, json, os, sys
 import torch
 from dsa_kernels import reference, topk
 spec = importlib.util.spec_from_file_location("dsa_kernels.topk_coop_stamped", ".ab/topk_coop_stamped.py")
-m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
 K, PAGE, SMS = 2048, 64, torch.cuda.get_device_properties(0).multi_processor_count
 res = {"gpu": torch.cuda.get_device_name(0), "shapes": []}
 for n, w in [(32, 32768), (16, 32768), (8, 32768), (1, 32768), (1, 131072)]:
