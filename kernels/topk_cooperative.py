@@ -6,15 +6,18 @@ and a select that resolves ~3K candidates in one program per row. Here each row 
 programs (rows x P at most the SM count, launched cooperatively, so all of them are resident at
 once and may wait for each other), each holding its slice of the row in registers:
 
-1. every program of the row reads the same strided sample of it; the sample's minimum and maximum
-   span 64 equal-width value bins (by value rather than by key bits: ~1.4% of a normal row then
-   shares the k-th key's bin);
+1. every program of the row reads the same strided sample of it and brackets the k-th key by
+   value: the sample's keys ranked 3 binomial standard deviations either side of where the k-th
+   key's rank falls in the sample, located to a 64th of the sample's span (_bracket). The first
+   round splits the bracket 62 ways, with one bin below it and one above: ~30 keys of a normal 32K
+   row then share the k-th key's bin;
 2. rounds: each program histograms its live keys (those in the bins chosen so far) over the
    round's 64 bins and publishes the histogram; the row's programs meet; each reads all P and picks
-   the bin holding the need-th largest live key. Up to three rounds by value (each splits the bin
-   chosen before 64 ways), then 6-bit digits of the key's ordered bits, then of the reversed
+   the bin holding the need-th largest live key. Up to three rounds by value (the bracket, then
+   each splits the bin chosen before 64 ways; a k-th key outside the bracket goes on over the
+   sample's span beyond it), then 6-bit digits of the key's ordered bits, then of the reversed
    position (keys are unique by then), until the chosen bin holds at most PAIR_CAP keys or exactly
-   the keys still needed: two rounds on normal rows of 32K-128K keys;
+   the keys still needed: one round on normal rows of 32K keys, sometimes two at 128K;
 3. a bin of at most PAIR_CAP keys is gathered (the programs meet once more) and ranked pairwise
    by key, then position, which gives the last key taken. Every program knows from the histograms
    and the gathered keys how many keys the programs before it take, so each writes its own in
@@ -42,14 +45,18 @@ from .triton_dot import INTERPRET
 BINS = tl.constexpr(64)
 VALUE_ROUNDS = tl.constexpr(3)
 PAIR_CAP = 64  # the most keys of the last bin ranked pairwise ([PAIR_CAP, PAIR_CAP] compares a program)
-SAMPLE = 1024  # keys of the sample whose extremes span the first round's bins
+SAMPLE = 1024  # keys of the sample that places the first round's bins (_bracket)
 MIN_SLICE, MAX_SLICE = 512, 8192  # keys a program holds (device_parts)
+MAX_PARTS = 128  # a meeting adds 128 / P per program (_meet)
 
 
 @triton.jit
 def _meet(counter, P: tl.constexpr):
     """Wait until the row's P programs have all arrived. The release / acquire pair orders every
-    program's global stores before the loads of the others after the meeting."""
+    program's global stores before the loads of the others after the meeting, plain loads
+    included: they may then be served from L1 (the acquire invalidates it), so the histograms and
+    gathered keys that all of a program's threads read reach L2 once an SM instead of once a
+    thread (H100: batch 2 / 64K 14.2 -> 10.6 us against loads that bypass L1)."""
     tl.debug_barrier()  # every thread's stores come before the release below
     arrived = tl.atomic_add(counter, 128 // P, sem="acq_rel", scope="gpu")
     target = (arrived & -128) + 128
@@ -91,6 +98,55 @@ def _max_max_add(a0, a1, a2, b0, b1, b2):
 
 
 @triton.jit
+def _before(flags, SLICE: tl.constexpr):
+    """For each of the slice's flags, how many come before it (in position order). Taken in runs of
+    4, the keys a thread holds side by side after _load_slice: a scan along the whole slice is
+    laid out one key a thread by the scattered store that takes its result, and costs 3x the
+    instructions."""
+    f = tl.reshape(flags.to(tl.int32), [SLICE // 4, 4])
+    run = tl.sum(f, axis=1)
+    before = (tl.cumsum(run, axis=0) - run)[:, None] + tl.cumsum(f, axis=1) - f
+    return tl.reshape(before, [SLICE])
+
+
+@triton.jit
+def _load_slice(base, pos, length):
+    """The slice's logits. The mask stops at a multiple of 4 and the last few keys come as scalars,
+    so that the compiler may load 4 keys a thread at once (over aligned rows), and every later
+    step, scans included, works on runs of 4 keys in a thread instead of 1."""
+    whole = (length // 4) * 4
+    x = tl.load(base + pos, mask=pos < whole, other=0.0)
+    for i in tl.static_range(3):
+        tail = whole + i
+        x = tl.where(pos == tail, tl.load(base + tail, mask=tail < length, other=0.0), x)
+    return x
+
+
+@triton.jit
+def _value_bins(x, lo, scale):
+    """Bins by value, monotone in x whatever the rounding: keys outside [lo, lo + 64 / scale) go to
+    the edge bins."""
+    return tl.minimum(tl.maximum((x - lo) * scale, 0.0), BINS - 1.0).to(tl.int32)
+
+
+@triton.jit
+def _bracket(sample, lo, span, length, K: tl.constexpr, SAMPLE: tl.constexpr):
+    """The first round's bracket (step 1 of the module docstring): its low end and width. A 32K
+    row's k-th key then shares its bin with ~30 keys (the gather's share) instead of ~460 when the
+    first round split the sample's whole span."""
+    scale = BINS / tl.maximum(span, 1e-30)
+    hist = tl.histogram(_value_bins(sample, lo, scale), BINS)
+    at_or_above = tl.cumsum(hist, axis=0, reverse=True)
+    expect = (K * SAMPLE) / length.to(tl.float32)
+    spread = 3.0 * tl.sqrt(expect * (1.0 - expect / SAMPLE)) + 1.0
+    # the bin of the r-th largest sample key is the last bin with at least r keys at or above it
+    top, bottom = tl.reduce(((at_or_above >= expect - spread).to(tl.int32),
+                             (at_or_above >= tl.minimum(expect + spread, SAMPLE)).to(tl.int32)), 0, _add)
+    low = lo + (bottom - 1).to(tl.float32) / scale
+    return low, (top - bottom + 1).to(tl.float32) / scale
+
+
+@triton.jit
 def _topk_kernel(
     logits_ptr, stride_logits, starts_ptr, lens_ptr, counters, exch_ptr, gather_ptr, out_ptr, stride_out,
     bt_ptr, stride_bt, offs_ptr, NEXT_N,
@@ -112,13 +168,16 @@ def _topk_kernel(
     else:
         pos = part * SLICE + tl.arange(0, SLICE)
         live = pos < length
-        x = tl.load(base + pos, mask=live, other=0.0)
+        x = _load_slice(base, pos, length)
         sample = tl.load(base + (tl.arange(0, SAMPLE).to(tl.int64) * length) // SAMPLE)
-        lo = tl.min(sample, axis=0)
-        span = tl.max(sample, axis=0) - lo
-        scale = BINS / tl.maximum(span, 1e-30)  # finite: a zero span takes no value rounds anyway
+        sample_lo = tl.min(sample, axis=0)
+        sample_hi = tl.max(sample, axis=0)
+        span = sample_hi - sample_lo
         # bins by value need a finite, positive span (no infinities in the sample, not one value)
         value_rounds = tl.where((span > 0.0) & (span < float("inf")), VALUE_ROUNDS, 0)
+        bracket_lo, bracket_span = _bracket(sample, sample_lo, span, length, K, SAMPLE)
+        scale = (BINS - 2) / bracket_span  # with value rounds, at least a 64th of the span
+        lo = bracket_lo - 1.0 / scale  # bin 0 for the keys below the bracket, 63 for those above
         key = _ordered_key(x)
         rev = 0x7FFFFFFF - pos  # larger for lower positions, which take the ties at the k-th key
         bins = tl.arange(0, BINS)
@@ -137,7 +196,7 @@ def _topk_kernel(
         going = rnd == 0
         while going:
             if rnd < value_rounds:
-                bin = tl.minimum(tl.maximum((x - lo) * scale, 0.0), BINS - 1.0).to(tl.int32)
+                bin = _value_bins(x, lo, scale)
             else:
                 # 6-bit digits from the top, six of the key then six of the reversed position, so
                 # the live keys end up distinct; a last digit's upper bits are already equal
@@ -147,28 +206,36 @@ def _topk_kernel(
             buf = exch + (rnd % 2) * (P * BINS)  # two buffers: a program can be at most one round ahead
             tl.store(buf + part * BINS + bins, tl.histogram(bin, BINS, mask=live))
             _meet(counter, P)
-            hists = tl.load(buf + parts[:, None] * BINS + bins[None, :], cache_modifier=".cg")
+            hists = tl.load(buf + parts[:, None] * BINS + bins[None, :])
             b, above, share, above_earlier, share_before = _pick_bin(hists, parts[:, None] < part, need)
             above_before += above_earlier
             taken = taken | (live & (bin > b))
             live = live & (bin == b)
             need -= above
             if rnd < value_rounds:
-                lo += b.to(tl.float32) / scale
-                scale *= BINS
+                if (rnd == 0) & (b == 0):  # below the bracket: down to the sample's low end
+                    lo = sample_lo
+                    scale = BINS / tl.maximum(bracket_lo - lo, 1e-30)
+                elif (rnd == 0) & (b == BINS - 1):  # above it: up to the sample's high end
+                    lo = bracket_lo + bracket_span
+                    scale = BINS / tl.maximum(sample_hi - lo, 1e-30)
+                else:
+                    lo += b.to(tl.float32) / scale
+                    scale *= BINS
             rnd += 1
             going = (share > PAIR_CAP) & (share > need)
         if share > need:
-            # At most PAIR_CAP live keys left in the row: gathered (in any order) and ranked pairwise
-            # by key, then position; the need-th of them is the last key taken.
+            # At most PAIR_CAP live keys left in the row: gathered (in any order; the programs meet
+            # once more) and ranked pairwise by key, then position; the need-th of them is the last
+            # key taken. An atomic counter places them: few keys, and cheaper than a scan here.
             entry = tl.atomic_add(gather + 2 * PAIR_CAP + tl.zeros_like(pos), 1, mask=live, sem="relaxed")
             tl.store(gather + entry, key.to(tl.int32, bitcast=True), mask=live)
             tl.store(gather + PAIR_CAP + entry, pos, mask=live)
             _meet(counter, P)
             g = tl.arange(0, PAIR_CAP)
             ok = g < share
-            gk = tl.load(gather + g, mask=ok, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
-            gp = tl.load(gather + PAIR_CAP + g, mask=ok, other=0, cache_modifier=".cg")
+            gk = tl.load(gather + g, mask=ok, other=0).to(tl.uint32, bitcast=True)
+            gp = tl.load(gather + PAIR_CAP + g, mask=ok, other=0)
             ahead = (gk[None, :] > gk[:, None]) | ((gk[None, :] == gk[:, None]) & (gp[None, :] < gp[:, None]))
             rank = tl.sum((ok[None, :] & ahead).to(tl.int32), axis=1)
             last_key = ok & (rank == need - 1)
@@ -180,7 +247,7 @@ def _topk_kernel(
             chosen_before = share_before
             pick = live
         take = taken | (live & pick)
-        slot = above_before + chosen_before + tl.cumsum(take.to(tl.int32), axis=0) - 1
+        slot = above_before + chosen_before + _before(take, SLICE)
         val = _transform(tl.where(take, pos, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
         tl.store(out_row + slot, val.to(tl.int32), mask=take)
 
@@ -200,7 +267,7 @@ def device_parts(rows: int, width: int, num_sms: int) -> int | None:
     win as long as they fit (batch 1 / 32K: 12.1 us at 64 parts, 24.4 at 4), and 16K-key parts
     lose to the three launches (batch 64 / 32K: 60 against 27 us)."""
     parts = 1
-    while rows * parts * 2 <= num_sms and width >= parts * 2 * MIN_SLICE:
+    while rows * parts * 2 <= num_sms and width >= parts * 2 * MIN_SLICE and parts < MAX_PARTS:
         parts *= 2
     return parts if rows * parts <= num_sms and triton.cdiv(width, parts) <= MAX_SLICE else None
 

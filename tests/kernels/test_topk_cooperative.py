@@ -30,9 +30,22 @@ def test_positions_match_reference_at_ragged_edges(lengths):
 
 @pytest.mark.parametrize("k", [16, 300, 1000])
 def test_rounds_by_value_then_pairwise_rank_find_the_kth_key(k):
-    # 3000-key normal rows: the first value bin holding the k-th key has ~40 keys at k 16, more at
-    # 300 (a second round), and k 1000 leaves its bin for a third
+    # 3000-key normal rows: the sample's bracket around the k-th key, split 62 ways, leaves a few
+    # dozen keys in its bin (k 16 and 1000 take the bracket's whole tail or most of the row)
     _check(torch.randn(3, 3000), [3000, 2500, 1200], k)
+
+
+@pytest.mark.parametrize("side", ["below", "above"])
+def test_a_kth_key_outside_the_samples_bracket_is_found_in_the_next_rounds(side):
+    # The sampled keys are uniform on [0, 1), the others on [0, 0.5) (or [0.5, 1)): the sample puts
+    # the k-th key near 0.75 while it lies near 0.4 (0.87), below (above) the bracket, so the first
+    # round's edge bin holds it and the next rounds split the sample's span beyond the bracket.
+    n, k = 6000, 600
+    sampled = (torch.arange(tc.SAMPLE) * n) // tc.SAMPLE
+    logits = torch.rand(2, n) * 0.5 + (0.5 if side == "above" else 0.0)
+    logits[:, sampled] = torch.rand(2, tc.SAMPLE)
+    logits[1] = logits[1].to(torch.bfloat16).float()  # and ties at the k-th key
+    _check(logits, [n, n], k)
 
 
 def test_rows_without_a_value_span_go_by_key_bits_then_positions():
@@ -89,6 +102,10 @@ def test_default_dispatch_takes_one_launch_under_the_interpreter():
                                                 (34, 32768, None), (64, 32768, None), (32, 131072, None)])
 def test_device_parts_fill_the_sms_with_parts_of_512_to_8192_keys(rows, width, parts):
     assert tc.device_parts(rows, width, 132) == parts
+
+
+def test_device_parts_stop_at_128_where_a_meeting_counts_to_128():
+    assert tc.device_parts(1, 1 << 20, 300) == tc.MAX_PARTS == 128
 
 
 @pytest.mark.gpu
