@@ -11,14 +11,19 @@ once and may wait for each other), each holding its slice of the row in register
    key's rank falls in the sample, located to a 64th of the sample's span (_bracket). The first
    round splits the bracket 62 ways, with one bin below it and one above: ~30 keys of a normal 32K
    row then share the k-th key's bin;
-2. rounds: each program histograms its live keys (those in the bins chosen so far) over the
+2. each program lists the positions of its keys in the first round's bins above the lowest (those
+   at or above the bracket, a tenth of a normal 32K row), in order, and reads their logits again
+   through the list; every later step (histograms, gather, output) then works on the list, a
+   quarter of the slice. A program whose keys do not fit, a row whose k-th key lies below the
+   bracket, and rows shorter than 8 k go on over the slice;
+3. rounds: each program histograms its live keys (those in the bins chosen so far) over the
    round's 64 bins and publishes the histogram; the row's programs meet; each reads all P and picks
    the bin holding the need-th largest live key. Up to three rounds by value (the bracket, then
    each splits the bin chosen before 64 ways; a k-th key outside the bracket goes on over the
    sample's span beyond it), then 6-bit digits of the key's ordered bits, then of the reversed
    position (keys are unique by then), until the chosen bin holds at most PAIR_CAP keys or exactly
    the keys still needed: one round on normal rows of 32K keys, sometimes two at 128K;
-3. a bin of at most PAIR_CAP keys is gathered (the programs meet once more) and ranked pairwise
+4. a bin of at most PAIR_CAP keys is gathered (the programs meet once more) and ranked pairwise
    by key, then position, which gives the last key taken. Every program knows from the histograms
    and the gathered keys how many keys the programs before it take, so each writes its own in
    ascending position order with no further meeting.
@@ -147,8 +152,89 @@ def _bracket(sample, lo, span, length, K: tl.constexpr, SAMPLE: tl.constexpr):
 
 
 @triton.jit
+def _round_bins(x, pos, rnd, value_rounds, lo, scale):
+    """The round's bin of each key: by value, then 6-bit digits from the top, six of the key's
+    ordered bits then six of the reversed position (larger for lower positions, which take the ties
+    at the k-th key), so the live keys end up distinct; a last digit's upper bits are already equal."""
+    if rnd < value_rounds:
+        bin = _value_bins(x, lo, scale)
+    else:
+        digit = rnd - value_rounds
+        shift = tl.maximum(26 - 6 * (digit % 6), 0).to(tl.uint32)
+        rev = (0x7FFFFFFF - pos).to(tl.uint32)
+        bin = ((tl.where(digit < 6, _ordered_key(x), rev) >> shift) & (BINS - 1)).to(tl.int32)
+    return bin
+
+
+@triton.jit
+def _exchange(hist, exch, rnd, counter, part, need, P: tl.constexpr):
+    """Publish this program's histogram of the round, meet the row's programs and pick the bin
+    (_pick_bin) from all P. Two buffers: a program can be at most one round ahead of another."""
+    bins = tl.arange(0, BINS)
+    parts = tl.arange(0, P)
+    buf = exch + (rnd % 2) * (P * BINS)
+    tl.store(buf + part * BINS + bins, hist)
+    _meet(counter, P)
+    hists = tl.load(buf + parts[:, None] * BINS + bins[None, :])
+    return _pick_bin(hists, parts[:, None] < part, need)
+
+
+@triton.jit
+def _finish(
+    x, pos, live, taken, need, above_before, share_before, share, value_rounds, lo, scale, part, first,
+    exch, counter, gather, row, out_row, bt_ptr, stride_bt, offs_ptr, NEXT_N,
+    WIDTH: tl.constexpr, P: tl.constexpr, PAIR_CAP: tl.constexpr, PAGE: tl.constexpr, TRANSFORM: tl.constexpr,
+):
+    """Steps 3 and 4 of the module docstring after the first round, over this program's keys x at
+    positions pos (its list or its slice): live keys are in every bin chosen so far, taken keys
+    above one of them. Writes the program's share of the row's output."""
+    rnd = tl.zeros((), tl.int32) + 1
+    going = (share > PAIR_CAP) & (share > need)
+    while going:
+        bin = _round_bins(x, pos, rnd, value_rounds, lo, scale)
+        b, above, share, above_earlier, share_before = _exchange(
+            tl.histogram(bin, BINS, mask=live), exch, rnd, counter, part, need, P)
+        above_before += above_earlier
+        taken = taken | (live & (bin > b))
+        live = live & (bin == b)
+        need -= above
+        if rnd < value_rounds:
+            lo += b.to(tl.float32) / scale
+            scale *= BINS
+        rnd += 1
+        going = (share > PAIR_CAP) & (share > need)
+    key = _ordered_key(x)
+    if share > need:
+        # At most PAIR_CAP live keys left in the row: gathered (in any order; the programs meet
+        # once more) and ranked pairwise by key, then position; the need-th of them is the last
+        # key taken. An atomic counter places them: few keys, and cheaper than a scan here.
+        entry = tl.atomic_add(gather + 2 * PAIR_CAP + tl.zeros_like(pos), 1, mask=live, sem="relaxed")
+        tl.store(gather + entry, key.to(tl.int32, bitcast=True), mask=live)
+        tl.store(gather + PAIR_CAP + entry, pos, mask=live)
+        _meet(counter, P)
+        g = tl.arange(0, PAIR_CAP)
+        ok = g < share
+        gk = tl.load(gather + g, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        gp = tl.load(gather + PAIR_CAP + g, mask=ok, other=0)
+        ahead = (gk[None, :] > gk[:, None]) | ((gk[None, :] == gk[:, None]) & (gp[None, :] < gp[:, None]))
+        rank = tl.sum((ok[None, :] & ahead).to(tl.int32), axis=1)
+        last_key = ok & (rank == need - 1)
+        taken_earlier = (ok & (rank < need) & (gp < first)).to(tl.int32)
+        thr_key, thr_pos, chosen_before = tl.reduce(
+            (tl.where(last_key, gk, 0), tl.where(last_key, gp, -1), taken_earlier), 0, _max_max_add)
+        pick = (key > thr_key) | ((key == thr_key) & (pos <= thr_pos))
+    else:  # the live keys are exactly those still needed
+        chosen_before = share_before
+        pick = live
+    take = taken | (live & pick)
+    slot = above_before + chosen_before + _before(take, WIDTH)
+    val = _transform(tl.where(take, pos, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
+    tl.store(out_row + slot, val.to(tl.int32), mask=take)
+
+
+@triton.jit
 def _topk_kernel(
-    logits_ptr, stride_logits, starts_ptr, lens_ptr, counters, exch_ptr, gather_ptr, out_ptr, stride_out,
+    logits_ptr, stride_logits, starts_ptr, lens_ptr, counters, exch_ptr, gather_ptr, list_ptr, out_ptr, stride_out,
     bt_ptr, stride_bt, offs_ptr, NEXT_N,
     K: tl.constexpr, P: tl.constexpr, SLICE: tl.constexpr, SAMPLE: tl.constexpr, PAIR_CAP: tl.constexpr,
     HAS_STARTS: tl.constexpr, PAGE: tl.constexpr, TRANSFORM: tl.constexpr, PDL: tl.constexpr,
@@ -166,7 +252,8 @@ def _topk_kernel(
                              TRANSFORM)
             tl.store(out_row + slot, val.to(tl.int32), mask=slot < K)
     else:
-        pos = part * SLICE + tl.arange(0, SLICE)
+        first = part * SLICE
+        pos = first + tl.arange(0, SLICE)
         live = pos < length
         x = _load_slice(base, pos, length)
         sample = tl.load(base + (tl.arange(0, SAMPLE).to(tl.int64) * length) // SAMPLE)
@@ -178,78 +265,60 @@ def _topk_kernel(
         bracket_lo, bracket_span = _bracket(sample, sample_lo, span, length, K, SAMPLE)
         scale = (BINS - 2) / bracket_span  # with value rounds, at least a 64th of the span
         lo = bracket_lo - 1.0 / scale  # bin 0 for the keys below the bracket, 63 for those above
-        key = _ordered_key(x)
-        rev = 0x7FFFFFFF - pos  # larger for lower positions, which take the ties at the k-th key
-        bins = tl.arange(0, BINS)
-        parts = tl.arange(0, P)
         exch = exch_ptr + row.to(tl.int64) * (2 * P * BINS)
         gather = gather_ptr + row.to(tl.int64) * (2 * PAIR_CAP + 1)  # keys, positions, then a counter
         counter = counters + row
         if part == 0:
             tl.store(gather + 2 * PAIR_CAP, 0)  # the first meeting orders this before any program counts
-        need = tl.zeros((), tl.int32) + K  # how many live keys still belong to the top k
-        taken = pos < 0  # keys above the bins chosen so far: in the top k
-        above_before = tl.zeros((), tl.int32)  # keys taken so far by the row's earlier programs
-        share_before = tl.zeros((), tl.int32)  # their live keys
-        share = tl.zeros((), tl.int32)  # the row's live keys
-        rnd = tl.zeros((), tl.int32)
-        going = rnd == 0
-        while going:
-            if rnd < value_rounds:
-                bin = _value_bins(x, lo, scale)
+        bin = _round_bins(x, pos, 0, value_rounds, lo, scale)
+        # The list (step 2 of the module docstring); rows shorter than 8 k would list over a quarter
+        # of their keys, so they go on over the slice
+        LIST: tl.constexpr = SLICE // 4
+        listed = live & (bin > 0)
+        n_listed = tl.zeros((), tl.int32)
+        on_list = (value_rounds > 0) & (K * 8 <= length)
+        if on_list:
+            n_listed = tl.sum(listed.to(tl.int32), axis=0)
+            on_list = n_listed <= LIST
+        at = tl.arange(0, LIST)
+        if on_list:
+            lst = list_ptr + (row * P + part).to(tl.int64) * LIST
+            tl.store(lst + _before(listed, SLICE), pos, mask=listed)
+            tl.debug_barrier()  # the program's stores before its loads
+            in_list = at < n_listed
+            lpos = tl.load(lst + at, mask=in_list, other=0)
+            # the logits read again (L1 / L2): storing them beside the positions cost more, as a
+            # scattered store moves each of its operands to another layout through shared memory
+            lx = tl.load(base + lpos, mask=in_list, other=0.0)
+            lbin = tl.where(in_list, _value_bins(lx, lo, scale), 0)
+            below = tl.minimum(tl.maximum(length - first, 0), SLICE) - n_listed
+            hist = tl.histogram(lbin, BINS, mask=in_list) + tl.where(tl.arange(0, BINS) == 0, below, 0)
+        else:  # (the list's tensors go unused)
+            in_list = at < 0
+            lpos = at
+            lx = at.to(tl.float32)
+            lbin = at
+            hist = tl.histogram(bin, BINS, mask=live)
+        b, above, share, above_before, share_before = _exchange(hist, exch, 0, counter, part, K, P)
+        need = K - above
+        if value_rounds > 0:
+            if b == 0:  # below the bracket: down to the sample's low end
+                lo = sample_lo
+                scale = BINS / tl.maximum(bracket_lo - lo, 1e-30)
+            elif b == BINS - 1:  # above it: up to the sample's high end
+                lo = bracket_lo + bracket_span
+                scale = BINS / tl.maximum(sample_hi - lo, 1e-30)
             else:
-                # 6-bit digits from the top, six of the key then six of the reversed position, so
-                # the live keys end up distinct; a last digit's upper bits are already equal
-                digit = rnd - value_rounds
-                shift = tl.maximum(26 - 6 * (digit % 6), 0).to(tl.uint32)
-                bin = ((tl.where(digit < 6, key, rev.to(tl.uint32)) >> shift) & (BINS - 1)).to(tl.int32)
-            buf = exch + (rnd % 2) * (P * BINS)  # two buffers: a program can be at most one round ahead
-            tl.store(buf + part * BINS + bins, tl.histogram(bin, BINS, mask=live))
-            _meet(counter, P)
-            hists = tl.load(buf + parts[:, None] * BINS + bins[None, :])
-            b, above, share, above_earlier, share_before = _pick_bin(hists, parts[:, None] < part, need)
-            above_before += above_earlier
-            taken = taken | (live & (bin > b))
-            live = live & (bin == b)
-            need -= above
-            if rnd < value_rounds:
-                if (rnd == 0) & (b == 0):  # below the bracket: down to the sample's low end
-                    lo = sample_lo
-                    scale = BINS / tl.maximum(bracket_lo - lo, 1e-30)
-                elif (rnd == 0) & (b == BINS - 1):  # above it: up to the sample's high end
-                    lo = bracket_lo + bracket_span
-                    scale = BINS / tl.maximum(sample_hi - lo, 1e-30)
-                else:
-                    lo += b.to(tl.float32) / scale
-                    scale *= BINS
-            rnd += 1
-            going = (share > PAIR_CAP) & (share > need)
-        if share > need:
-            # At most PAIR_CAP live keys left in the row: gathered (in any order; the programs meet
-            # once more) and ranked pairwise by key, then position; the need-th of them is the last
-            # key taken. An atomic counter places them: few keys, and cheaper than a scan here.
-            entry = tl.atomic_add(gather + 2 * PAIR_CAP + tl.zeros_like(pos), 1, mask=live, sem="relaxed")
-            tl.store(gather + entry, key.to(tl.int32, bitcast=True), mask=live)
-            tl.store(gather + PAIR_CAP + entry, pos, mask=live)
-            _meet(counter, P)
-            g = tl.arange(0, PAIR_CAP)
-            ok = g < share
-            gk = tl.load(gather + g, mask=ok, other=0).to(tl.uint32, bitcast=True)
-            gp = tl.load(gather + PAIR_CAP + g, mask=ok, other=0)
-            ahead = (gk[None, :] > gk[:, None]) | ((gk[None, :] == gk[:, None]) & (gp[None, :] < gp[:, None]))
-            rank = tl.sum((ok[None, :] & ahead).to(tl.int32), axis=1)
-            last_key = ok & (rank == need - 1)
-            taken_earlier = (ok & (rank < need) & (gp < part * SLICE)).to(tl.int32)
-            thr_key, thr_pos, chosen_before = tl.reduce(
-                (tl.where(last_key, gk, 0), tl.where(last_key, gp, -1), taken_earlier), 0, _max_max_add)
-            pick = (key > thr_key) | ((key == thr_key) & (pos <= thr_pos))
-        else:  # the live keys are exactly those still needed
-            chosen_before = share_before
-            pick = live
-        take = taken | (live & pick)
-        slot = above_before + chosen_before + _before(take, SLICE)
-        val = _transform(tl.where(take, pos, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
-        tl.store(out_row + slot, val.to(tl.int32), mask=take)
+                lo += b.to(tl.float32) / scale
+                scale *= BINS
+        if on_list & (b > 0):  # the live and taken keys are all on the list
+            _finish(lx, lpos, in_list & (lbin == b), in_list & (lbin > b), need, above_before, share_before, share,
+                    value_rounds, lo, scale, part, first, exch, counter, gather, row, out_row, bt_ptr, stride_bt, offs_ptr,
+                    NEXT_N, LIST, P, PAIR_CAP, PAGE, TRANSFORM)
+        else:
+            _finish(x, pos, live & (bin == b), live & (bin > b), need, above_before, share_before, share,
+                    value_rounds, lo, scale, part, first, exch, counter, gather, row, out_row, bt_ptr, stride_bt, offs_ptr,
+                    NEXT_N, SLICE, P, PAIR_CAP, PAGE, TRANSFORM)
 
 
 def parts_per_row(rows: int, width: int, num_sms: int) -> int | None:
@@ -298,12 +367,13 @@ def cooperative_topk(
         return False
     slice_ = max(triton.next_power_of_2(triton.cdiv(width, parts)), 256)
     exch = torch.empty(n, 2, parts, BINS.value, device=logits.device, dtype=torch.int32)
+    lists = torch.empty(n, parts, slice_ // 4, device=logits.device, dtype=torch.int32)
     gather = torch.empty(n, 2 * PAIR_CAP + 1, device=logits.device, dtype=torch.int32)
     bt = block_table if block_table is not None else lengths
     try:
         _topk_kernel[(n, parts)](
             logits, logits.stride(0), row_starts if row_starts is not None else lengths, lengths,
-            _barrier_counters(logits.device, n), exch, gather, out, out.stride(0), bt,
+            _barrier_counters(logits.device, n), exch, gather, lists, out, out.stride(0), bt,
             bt.stride(0) if block_table is not None else 0, offsets if offsets is not None else lengths, next_n,
             K=k, P=parts, SLICE=slice_, SAMPLE=SAMPLE, PAIR_CAP=PAIR_CAP, HAS_STARTS=row_starts is not None,
             PAGE=page_size, TRANSFORM=transform, num_warps=_warps(slice_), **_launch_options(logits.device),

@@ -48,6 +48,19 @@ def test_a_kth_key_outside_the_samples_bracket_is_found_in_the_next_rounds(side)
     _check(logits, [n, n], k)
 
 
+def test_a_program_whose_keys_above_the_bracket_overflow_its_list_goes_on_over_its_slice():
+    # The sample is uniform on [0, 1) and puts the bracket near 0.9; every other key lies in
+    # [0.85, 1), so most of the row sits at or above the bracket's low end: more than a quarter of
+    # the slice, the list's size. The row before it lists a tenth of its keys, the one after skips
+    # the list (shorter than 8 k).
+    n, k = 6000, 600
+    sampled = (torch.arange(tc.SAMPLE) * n) // tc.SAMPLE
+    logits = torch.randn(3, n)
+    logits[1] = torch.rand(n) * 0.15 + 0.85
+    logits[1, sampled] = torch.rand(tc.SAMPLE)
+    _check(logits, [n, n, 4000], k)
+
+
 def test_rows_without_a_value_span_go_by_key_bits_then_positions():
     # a sample holding infinities, a constant row and 16 values: the value rounds are skipped or
     # cannot split the ties, so key-bit digits and then position digits pick the lowest positions
@@ -118,6 +131,8 @@ def test_rows_split_across_programs_match_the_reference_on_cuda(rows, width):
     if rows > 2:
         logits[1] = torch.randint(0, 16, (width,), device="cuda", generator=g).float()  # massive ties
         logits[2, ::5] = float("-inf")
+    if rows > 3:  # the top keys all in the last programs: those keep their slices, the others list
+        logits[3] = logits[3].sort().values
     lens = torch.randint(k - 5, width + 1, (rows,), device="cuda", generator=g, dtype=torch.int32)
     lens[-1] = min(width, k)
     table = torch.randperm(rows * -(-width // page), device="cuda", generator=g).view(rows, -1).int()
@@ -131,10 +146,10 @@ def test_rows_split_across_programs_match_the_reference_on_cuda(rows, width):
 
 @pytest.mark.gpu
 def test_a_grid_too_large_to_be_resident_is_refused_and_the_three_launches_serve():
-    logits = torch.randn(1, 8192, device="cuda")
-    lens = torch.tensor([8192], device="cuda", dtype=torch.int32)
-    out = torch.full((1, 2048), -7, device="cuda", dtype=torch.int32)
-    too_many = 1 << (32 * torch.cuda.get_device_properties(0).multi_processor_count).bit_length()  # a power of two
-    assert not tc.cooperative_topk(logits, lens, None, 2048, too_many, out, topk.TRANSFORM_NONE, None, 1, 1, None)
+    rows = 64 * torch.cuda.get_device_properties(0).multi_processor_count  # 2 programs a row: never all resident
+    logits = torch.randn(rows, 1024, device="cuda")
+    lens = torch.full((rows,), 1024, device="cuda", dtype=torch.int32)
+    out = torch.full((rows, 512), -7, device="cuda", dtype=torch.int32)
+    assert not tc.cooperative_topk(logits, lens, None, 512, 2, out, topk.TRANSFORM_NONE, None, 1, 1, None)
     assert (out == -7).all()
-    assert torch.equal(topk.topk_transform(logits, lens, 2048), reference.topk_positions_ref(logits, lens, 2048))
+    assert torch.equal(topk.topk_transform(logits, lens, 512), reference.topk_positions_ref(logits, lens, 512))
