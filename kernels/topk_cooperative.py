@@ -205,10 +205,10 @@ def _finish(
         going = (share > PAIR_CAP) & (share > need)
     key = _ordered_key(x)
     if share > need:
-        # At most PAIR_CAP live keys left in the row: gathered (in any order; the programs meet
-        # once more) and ranked pairwise by key, then position; the need-th of them is the last
-        # key taken. An atomic counter places them: few keys, and cheaper than a scan here.
-        entry = tl.atomic_add(gather + 2 * PAIR_CAP + tl.zeros_like(pos), 1, mask=live, sem="relaxed")
+        # At most PAIR_CAP live keys left in the row: gathered in position order (the earlier
+        # programs' live keys come first; the programs meet once more) and ranked pairwise by key,
+        # then position; the need-th of them is the last key taken
+        entry = share_before + _before(live, WIDTH)
         tl.store(gather + entry, key.to(tl.int32, bitcast=True), mask=live)
         tl.store(gather + PAIR_CAP + entry, pos, mask=live)
         _meet(counter, P)
@@ -266,10 +266,8 @@ def _topk_kernel(
         scale = (BINS - 2) / bracket_span  # with value rounds, at least a 64th of the span
         lo = bracket_lo - 1.0 / scale  # bin 0 for the keys below the bracket, 63 for those above
         exch = exch_ptr + row.to(tl.int64) * (2 * P * BINS)
-        gather = gather_ptr + row.to(tl.int64) * (2 * PAIR_CAP + 1)  # keys, positions, then a counter
+        gather = gather_ptr + row.to(tl.int64) * (2 * PAIR_CAP)  # keys, then positions
         counter = counters + row
-        if part == 0:
-            tl.store(gather + 2 * PAIR_CAP, 0)  # the first meeting orders this before any program counts
         bin = _round_bins(x, pos, 0, value_rounds, lo, scale)
         # The list (step 2 of the module docstring); rows shorter than 8 k would list over a quarter
         # of their keys, so they go on over the slice
@@ -368,7 +366,7 @@ def cooperative_topk(
     slice_ = max(triton.next_power_of_2(triton.cdiv(width, parts)), 256)
     exch = torch.empty(n, 2, parts, BINS.value, device=logits.device, dtype=torch.int32)
     lists = torch.empty(n, parts, slice_ // 4, device=logits.device, dtype=torch.int32)
-    gather = torch.empty(n, 2 * PAIR_CAP + 1, device=logits.device, dtype=torch.int32)
+    gather = torch.empty(n, 2 * PAIR_CAP, device=logits.device, dtype=torch.int32)
     bt = block_table if block_table is not None else lengths
     try:
         _topk_kernel[(n, parts)](
