@@ -23,10 +23,10 @@ once and may wait for each other), each holding its slice of the row in register
    sample's span beyond it), then 6-bit digits of the key's ordered bits, then of the reversed
    position (keys are unique by then), until the chosen bin holds at most PAIR_CAP keys or exactly
    the keys still needed: one round on normal rows of 32K keys, sometimes two at 128K;
-4. a bin of at most PAIR_CAP keys is gathered (the programs meet once more) and ranked pairwise
-   by key, then position, which gives the last key taken. Every program knows from the histograms
-   and the gathered keys how many keys the programs before it take, so each writes its own in
-   ascending position order with no further meeting.
+4. a bin of at most PAIR_CAP keys is gathered in position order (the programs meet once more) and
+   ranked pairwise by key, then position, which gives the last key taken. Every program knows from
+   the histograms and the gathered keys how many keys the programs before it take, so each writes
+   its own in ascending position order with no further meeting.
 
 The result equals kernels/reference.topk_positions_ref bit for bit: ties at the k-th key go to the
 lowest positions, rows no longer than k return every position then -1.
@@ -187,7 +187,9 @@ def _finish(
 ):
     """Steps 3 and 4 of the module docstring after the first round, over this program's keys x at
     positions pos (its list or its slice): live keys are in every bin chosen so far, taken keys
-    above one of them. Writes the program's share of the row's output."""
+    above one of them; need is how many live keys of the row still belong to the top k, share how
+    many the row has, and above_before / share_before what the programs before this one take and
+    hold live. Writes the program's share of the row's output."""
     rnd = tl.zeros((), tl.int32) + 1
     going = (share > PAIR_CAP) & (share > need)
     while going:
