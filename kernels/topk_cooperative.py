@@ -53,6 +53,7 @@ PAIR_CAP = 64  # the most keys of the last bin ranked pairwise ([PAIR_CAP, PAIR_
 SAMPLE = 1024  # keys of the sample that places the first round's bins (_bracket)
 MIN_SLICE, MAX_SLICE = 512, 8192  # keys a program holds (device_parts)
 MAX_PARTS = 128  # a meeting adds 128 / P per program (_meet)
+STORE_IN_PLACE = tl.constexpr(not INTERPRET)  # _scatter
 
 
 @triton.jit
@@ -125,6 +126,20 @@ def _load_slice(base, pos, length):
         tail = whole + i
         x = tl.where(pos == tail, tl.load(base + tail, mask=tail < length, other=0.0), x)
     return x
+
+
+@triton.jit
+def _scatter(ptr, value, mask):
+    """tl.store(ptr, value, mask=mask) for 32-bit values at scattered addresses, one st.global an
+    element in the operands' own layout. Triton lays a store it cannot prove contiguous out one
+    element a thread and moves its pointers, values and mask there through shared memory: for a
+    slice of 8192 keys that took longer than the stores themselves."""
+    if STORE_IN_PLACE:
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.global.b32 [$1], $2; } mov.b32 $0, 0;", "=r,l,r,r",
+            [ptr, value, mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+    else:  # the interpreter has no inline assembly
+        tl.store(ptr, value, mask=mask)
 
 
 @triton.jit
@@ -211,8 +226,8 @@ def _finish(
         # programs' live keys come first; the programs meet once more) and ranked pairwise by key,
         # then position; the need-th of them is the last key taken
         entry = share_before + _before(live, WIDTH)
-        tl.store(gather + entry, key.to(tl.int32, bitcast=True), mask=live)
-        tl.store(gather + PAIR_CAP + entry, pos, mask=live)
+        _scatter(gather + entry, key.to(tl.int32, bitcast=True), live)
+        _scatter(gather + PAIR_CAP + entry, pos, live)
         _meet(counter, P)
         g = tl.arange(0, PAIR_CAP)
         ok = g < share
@@ -231,7 +246,7 @@ def _finish(
     take = taken | (live & pick)
     slot = above_before + chosen_before + _before(take, WIDTH)
     val = _transform(tl.where(take, pos, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
-    tl.store(out_row + slot, val.to(tl.int32), mask=take)
+    _scatter(out_row + slot, val.to(tl.int32), take)
 
 
 @triton.jit
@@ -283,7 +298,7 @@ def _topk_kernel(
         at = tl.arange(0, LIST)
         if on_list:
             lst = list_ptr + (row * P + part).to(tl.int64) * LIST
-            tl.store(lst + _before(listed, SLICE), pos, mask=listed)
+            _scatter(lst + _before(listed, SLICE), pos, listed)
             tl.debug_barrier()  # the program's stores before its loads
             in_list = at < n_listed
             lpos = tl.load(lst + at, mask=in_list, other=0)
