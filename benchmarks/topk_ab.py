@@ -1,9 +1,15 @@
-"""A/B of the cooperative top-k on the device: kernels/topk_cooperative.py as it stands ("new")
-against copies of it given as NAME=FILE, e.g. the kernel of an earlier commit:
+"""A/B of the top-k on the device: kernels/topk_cooperative.py ("new") and the three launches of
+kernels/topk.py ("new, three launches") as they stand, against copies of either given as NAME=FILE,
+e.g. the kernels of an earlier commit:
 
     mkdir -p .ab && git show REV:kernels/topk_cooperative.py > .ab/base.py
+    git show REV:kernels/topk.py > .ab/base3.py
     # on the device, carrying .device and .ab:
-    source .device/setup.sh && python3 benchmarks/topk_ab.py [quick] [nochecks] base=.ab/base.py ...
+    source .device/setup.sh && python3 benchmarks/topk_ab.py [quick] [nochecks] base=.ab/base.py base3=.ab/base3.py
+
+Each kernel runs the shapes it serves: the cooperative launch those parts_per_row gives parts
+for, the three launches every shape in the checks (with their own topk_config) and, in the
+timings, those the cooperative launch does not serve (where the default path takes them).
 
 Exactness first, every variant straight through the kernel into outputs poisoned with -7 (an
 output from torch.empty may be recycled memory holding an earlier launch's right answer): 8 kinds
@@ -35,7 +41,7 @@ CHECK_SHAPES = [(1, 4096), (1, 32768), (2, 32768), (8, 20000), (32, 32768), (33,
                 (32, 65536), (1, 131072), (4, 131072)]
 ROW_KINDS = ["randn", "bf16", "ints", "inf", "skew", "below", "above", "ascending"]
 TIME_SHAPES = [(32, 32768), (16, 32768), (8, 32768), (1, 32768), (1, 131072), (4, 131072), (8, 131072), (2, 65536),
-               (32, 4096)]
+               (32, 4096), (64, 32768), (128, 32768), (32, 131072), (128, 131072)]
 
 
 def log(section, **fields):
@@ -49,18 +55,28 @@ def load_variant(name, path):
     """A copy of kernels/topk_cooperative.py as a module of the dsa_kernels package (its relative
     imports then resolve)."""
     spec = importlib.util.spec_from_file_location(f"dsa_kernels.ab_{name}", path)
-    module = importlib.util.module_from_spec(spec)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look it up
     spec.loader.exec_module(module)
     return module
 
 
-def runner(module, parts, poison=False):
+def runner(module, n, w, poison=False):
+    """The module's top-k for n rows of w keys, or None where it does not serve them."""
+    cooperative = hasattr(module, "cooperative_topk")
+    parts = module.parts_per_row(n, w, SMS) if cooperative else None
+    if cooperative and parts is None:
+        return None
+    cfg = None if cooperative else module.topk_config(n, w, K, SMS)
+
     def run(logits, lens, table):
         out = torch.empty(logits.shape[0], K, device=DEV, dtype=torch.int32)
         if poison:
             out.fill_(-7)
-        if not module.cooperative_topk(logits, lens, None, K, parts, out, topk.TRANSFORM_PAGED, table, PAGE, 1, None):
-            raise RuntimeError(f"cooperative launch of {logits.shape[0]} x {parts} programs refused")
+        if cfg is not None:
+            lists = module.candidate_lists(logits, lens, None, K, cfg)
+            module.select_and_write(logits, lens, None, K, cfg, lists, out, topk.TRANSFORM_PAGED, table, PAGE, 1, None)
+        elif not module.cooperative_topk(logits, lens, None, K, parts, out, topk.TRANSFORM_PAGED, table, PAGE, 1, None):
+            raise RuntimeError(f"cooperative launch of {n} x {parts} programs refused")
         return out
     return run
 
@@ -93,7 +109,8 @@ def rows_of(kind, n, w, g):
 def correctness(variants, repeats):
     g = torch.Generator(device=DEV).manual_seed(0)
     for n, w in CHECK_SHAPES:
-        parts = topk_cooperative.parts_per_row(n, w, SMS)
+        runs = {name: runner(module, n, w, poison=True) for name, module in variants.items()}
+        runs = {name: run for name, run in runs.items() if run is not None}
         for kind in ROW_KINDS:
             logits = rows_of(kind, n, w, g)
             for lens_kind in ("full", "ragged"):
@@ -105,11 +122,10 @@ def correctness(variants, repeats):
                 want = expected(logits, lens, table)
                 outs = {"default dispatch": [topk.topk_transform(logits, lens, K, topk.TRANSFORM_PAGED, block_table=table,
                                                                  page_size=PAGE) for _ in range(repeats)]}
-                if parts is not None:
-                    for name, module in variants.items():
-                        outs[name] = [runner(module, parts, poison=True)(logits, lens, table) for _ in range(repeats)]
+                for name, run in runs.items():
+                    outs[name] = [run(logits, lens, table) for _ in range(repeats)]
                 for name, got in outs.items():
-                    log("checks", shape=[n, w], parts=parts, kernel=name, kind=kind, lens=lens_kind, launches=len(got),
+                    log("checks", shape=[n, w], kernel=name, kind=kind, lens=lens_kind, launches=len(got),
                         wrong=sum(int(not torch.equal(o, want)) for o in got))
 
 
@@ -118,7 +134,7 @@ def graph_replays(n, w, replays):
     logits = torch.randn(n, w, device=DEV, generator=g)
     lens = torch.full((n,), w, device=DEV, dtype=torch.int32)
     table = torch.randperm(n * w // PAGE, device=DEV, generator=g).view(n, -1).int()
-    run = runner(topk_cooperative, topk_cooperative.parts_per_row(n, w, SMS))
+    run = runner(topk_cooperative, n, w)
     run(logits, lens, table)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -154,15 +170,14 @@ def indexer_case(n, w):
 
 def timings(variants, rounds):
     for n, w in TIME_SHAPES:
-        parts = topk_cooperative.parts_per_row(n, w, SMS)
-        if parts is None:
-            continue
         indexer, lens, table = indexer_case(n, w)
         logits = indexer()
         want = expected(logits, lens, table)
-        runs = {name: runner(module, parts) for name, module in variants.items()}
-        exact = {name: torch.equal(runner(module, parts, poison=True)(logits, lens, table), want)
-                 for name, module in variants.items()}
+        runs = {name: runner(module, n, w) for name, module in variants.items()}
+        runs = {name: run for name, run in runs.items() if run is not None}
+        if any(hasattr(variants[name], "cooperative_topk") for name in runs):  # the three launches do not serve here
+            runs = {name: run for name, run in runs.items() if hasattr(variants[name], "cooperative_topk")}
+        exact = {name: torch.equal(runner(variants[name], n, w, poison=True)(logits, lens, table), want) for name in runs}
         t_indexer = graph_us(indexer)
         names = list(runs)
         for r in range(rounds):
@@ -170,13 +185,13 @@ def timings(variants, rounds):
                 run = runs[name]
                 alone = graph_us(lambda: run(logits, lens, table))
                 behind = graph_us(lambda: run(indexer(), lens, table)) - t_indexer
-                log("rows", shape=[n, w], parts=parts, kernel=name, round=r, indexer_us=round(t_indexer, 2),
+                log("rows", shape=[n, w], kernel=name, round=r, indexer_us=round(t_indexer, 2),
                     alone_us=round(alone, 2), behind_us=round(behind, 2), share_behind=round(behind / t_indexer, 3),
                     exact=exact[name])
 
 
 def main():
-    variants = {"new": topk_cooperative}
+    variants = {"new": topk_cooperative, "new, three launches": topk}
     for arg in sys.argv[1:]:
         if "=" in arg:
             name, path = arg.split("=", 1)

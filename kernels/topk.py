@@ -39,6 +39,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from .triton_dot import INTERPRET
 
 TRANSFORM_NONE, TRANSFORM_PAGED, TRANSFORM_RAGGED = 0, 1, 2
+STORE_IN_PLACE = tl.constexpr(not INTERPRET)  # _scatter
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,20 @@ def _pdl(device: torch.device) -> dict:
     CUDA graphs on the H200 (docs/PERFORMANCE.md)."""
     on = device.type == "cuda" and not INTERPRET and torch.cuda.get_device_capability(device)[0] >= 9
     return dict(PDL=on, launch_pdl=True) if on else dict(PDL=False)
+
+
+@triton.jit
+def _scatter(ptr, value, mask):
+    """tl.store(ptr, value, mask=mask) for 32-bit values at scattered addresses, one st.global an
+    element in the operands' own layout. Triton lays a store it cannot prove contiguous out one
+    element a thread and moves its pointers, values and mask there through shared memory: for a
+    slice of 8192 keys that took longer than the stores themselves."""
+    if STORE_IN_PLACE:
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.global.b32 [$1], $2; } mov.b32 $0, 0;", "=r,l,r,r",
+            [ptr, value, mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+    else:  # the interpreter has no inline assembly
+        tl.store(ptr, value, mask=mask)
 
 
 @triton.jit
@@ -156,7 +171,7 @@ def _kth_pairwise(key, sharing, n_sharing, need, scratch, PAIR_CAP: tl.constexpr
     """The need-th largest of the (at most PAIR_CAP) keys flagged `sharing`, and how many of the
     keys equal to it are still needed: the keys are packed into scratch, then compared pairwise."""
     packed = tl.cumsum(sharing.to(tl.int32), axis=0) - 1
-    tl.store(scratch + packed, key.to(tl.int32, bitcast=True), mask=sharing)
+    _scatter(scratch + packed, key.to(tl.int32, bitcast=True), sharing)
     tl.debug_barrier()  # every warp's keys are in scratch (a block barrier orders global memory too)
     j = tl.arange(0, PAIR_CAP)
     ok = j < n_sharing
@@ -308,7 +323,7 @@ def _write_items(key, live, pos, val, thr, need, tie_shift, slot_shift, ties_see
     take = (live & (key > thr)) | ((tie > 0) & (tie_rank < need))
     taken = take.to(tl.int32)
     slot = taken_seen + tl.cumsum(taken, axis=0) - taken + tl.gather(slot_shift, block, 0)
-    tl.store(out_row + slot, val.to(tl.int32), mask=take)
+    _scatter(out_row + slot, val.to(tl.int32), take)
     return ties_seen + tl.sum(tie, axis=0), taken_seen + tl.sum(taken, axis=0)
 
 

@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
-from .topk import _num_sms, _ordered_key, _pdl, _row, _transform
+from .topk import _num_sms, _ordered_key, _pdl, _row, _scatter, _transform
 from .triton_dot import INTERPRET
 
 BINS = tl.constexpr(64)
@@ -53,7 +53,6 @@ PAIR_CAP = 64  # the most keys of the last bin ranked pairwise ([PAIR_CAP, PAIR_
 SAMPLE = 1024  # keys of the sample that places the first round's bins (_bracket)
 MIN_SLICE, MAX_SLICE = 512, 8192  # keys a program holds (device_parts)
 MAX_PARTS = 128  # a meeting adds 128 / P per program (_meet)
-STORE_IN_PLACE = tl.constexpr(not INTERPRET)  # _scatter
 
 
 @triton.jit
@@ -126,20 +125,6 @@ def _load_slice(base, pos, length):
         tail = whole + i
         x = tl.where(pos == tail, tl.load(base + tail, mask=tail < length, other=0.0), x)
     return x
-
-
-@triton.jit
-def _scatter(ptr, value, mask):
-    """tl.store(ptr, value, mask=mask) for 32-bit values at scattered addresses, one st.global an
-    element in the operands' own layout. Triton lays a store it cannot prove contiguous out one
-    element a thread and moves its pointers, values and mask there through shared memory: for a
-    slice of 8192 keys that took longer than the stores themselves."""
-    if STORE_IN_PLACE:
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.global.b32 [$1], $2; } mov.b32 $0, 0;", "=r,l,r,r",
-            [ptr, value, mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
-    else:  # the interpreter has no inline assembly
-        tl.store(ptr, value, mask=mask)
 
 
 @triton.jit
