@@ -7,6 +7,9 @@ e.g. the kernels of an earlier commit:
     # on the device, carrying .device and .ab:
     source .device/setup.sh && python3 benchmarks/topk_ab.py [quick] [nochecks] base=.ab/base.py base3=.ab/base3.py
 
+`indexer=FILE` (a copy of kernels/indexer_gluon.py) times every kernel behind that indexer as
+well as behind the current one.
+
 Each kernel runs the shapes it serves: the cooperative launch those parts_per_row gives parts
 for, the three launches every shape in the checks (with their own topk_config) and, in the
 timings, those the cooperative launch does not serve (where the default path takes them).
@@ -20,6 +23,7 @@ line a result and writes them all to $OUT/topk_ab.json.
 """
 
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -152,8 +156,9 @@ def graph_us(fn):
     return 1000 * float(triton.testing.do_bench_cudagraph(fn, rep=30, return_mode="median"))
 
 
-def indexer_case(n, w):
-    """The Gluon indexer's logits for n rows of w keys (random e4m3 keys, fp32 scales)."""
+def indexer_case(n, w, gluon_module):
+    """The Gluon indexer's logits for n rows of w keys (random e4m3 keys, fp32 scales), by
+    gluon_module's kernel (a copy of kernels/indexer_gluon.py or the module itself)."""
     pages = n * w // PAGE
     pool = torch.empty(pages + 64, PAGE * 132, dtype=torch.uint8, device=DEV)
     pool[:, : PAGE * 128] = torch.randn(pages + 64, PAGE * 128, device=DEV).to(torch.float8_e4m3fn).view(torch.uint8)
@@ -164,13 +169,14 @@ def indexer_case(n, w):
     weights = torch.randn(n, 64, device=DEV) * 0.1
 
     def indexer():
+        indexer_logits.indexer_gluon = gluon_module  # the module paged_indexer_logits launches from
         return indexer_logits.paged_indexer_logits(q, weights, pool, table, lens, PAGE, w, 1, clean_logits=False)
     return indexer, lens, table
 
 
-def timings(variants, rounds):
-    for n, w in TIME_SHAPES:
-        indexer, lens, table = indexer_case(n, w)
+def timings(variants, indexers, rounds):
+    for (n, w), (indexer_name, gluon_module) in itertools.product(TIME_SHAPES, indexers.items()):
+        indexer, lens, table = indexer_case(n, w, gluon_module)
         logits = indexer()
         want = expected(logits, lens, table)
         runs = {name: runner(module, n, w) for name, module in variants.items()}
@@ -185,22 +191,25 @@ def timings(variants, rounds):
                 run = runs[name]
                 alone = graph_us(lambda: run(logits, lens, table))
                 behind = graph_us(lambda: run(indexer(), lens, table)) - t_indexer
-                log("rows", shape=[n, w], kernel=name, round=r, indexer_us=round(t_indexer, 2),
+                log("rows", shape=[n, w], kernel=name, indexer=indexer_name, round=r, indexer_us=round(t_indexer, 2),
                     alone_us=round(alone, 2), behind_us=round(behind, 2), share_behind=round(behind / t_indexer, 3),
                     exact=exact[name])
 
 
 def main():
     variants = {"new": topk_cooperative, "new, three launches": topk}
+    indexers = {"new": indexer_logits.indexer_gluon}
     for arg in sys.argv[1:]:
-        if "=" in arg:
+        if arg.startswith("indexer="):
+            indexers["base"] = load_variant("indexer_base", arg.split("=", 1)[1])
+        elif "=" in arg:
             name, path = arg.split("=", 1)
             variants[name] = load_variant(name, path)
     quick = "quick" in sys.argv
     if "nochecks" not in sys.argv:
         correctness(variants, 2 if quick else 4)
         graph_replays(32, 32768, 50)
-    timings(variants, 2)
+    timings(variants, indexers, 2)
     wrong = sum(c["wrong"] for c in RESULTS["checks"])
     launches = sum(c["launches"] for c in RESULTS["checks"])
     log("notes", summary=f"{wrong} wrong of {launches} launches in {len(RESULTS['checks'])} checks")
