@@ -48,7 +48,7 @@ def _page(first_pages, ahead, i: gl.constexpr, first, length):
 
 @gluon.jit
 def _score_unit(acc, w, sc, lens, first, out_rows, stride_out, limit, BLOCK: gl.constexpr, GROUP: gl.constexpr,
-                H: gl.constexpr, STORE: gl.constexpr):
+                H: gl.constexpr, STORE: gl.constexpr, EVICT: gl.constexpr):
     """acc [BLOCK, GROUP * H] = keys . q per (token, head) -> the GROUP tokens' logits of keys
     first .. first + BLOCK - 1, stored; lens [GROUP] are the tokens' own causal lengths."""
     s = gl.maximum(acc, 0.0) * w[None, :]
@@ -58,26 +58,27 @@ def _score_unit(acc, w, sc, lens, first, out_rows, stride_out, limit, BLOCK: gl.
     pos = first + gl.arange(0, BLOCK, layout=gl.SliceLayout(1, STORE))[:, None]
     row = gl.arange(0, GROUP, layout=gl.SliceLayout(0, STORE))[None, :]
     gl.store(out_rows + row.to(gl.int64) * stride_out + pos, gl.where(pos < lens[None, :], y, float("-inf")),
-             mask=pos < limit)
+             mask=pos < limit, eviction_policy=EVICT)
 
 
 @gluon.jit
 def _score(acc, w0, w1, sc, lens0, lens1, unit: gl.constexpr, start, out_rows, stride_out, limit,
-           BLOCK: gl.constexpr, GROUP: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr, STORE: gl.constexpr):
+           BLOCK: gl.constexpr, GROUP: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr, STORE: gl.constexpr,
+           EVICT: gl.constexpr):
     """Score MMA unit `unit` (tile unit // GROUPS, token group unit % GROUPS); sc: the tile's key scales."""
     first = start + (unit // GROUPS) * BLOCK
     rows = out_rows + (unit % GROUPS) * GROUP * stride_out
     if unit % GROUPS == 0:
-        _score_unit(acc, w0, sc, lens0, first, rows, stride_out, limit, BLOCK, GROUP, H, STORE)
+        _score_unit(acc, w0, sc, lens0, first, rows, stride_out, limit, BLOCK, GROUP, H, STORE, EVICT)
     else:
-        _score_unit(acc, w1, sc, lens1, first, rows, stride_out, limit, BLOCK, GROUP, H, STORE)
+        _score_unit(acc, w1, sc, lens1, first, rows, stride_out, limit, BLOCK, GROUP, H, STORE, EVICT)
 
 
 @gluon.jit
 def _paged_logits_kernel(
     q_ptr, w_ptr, keys, scales, bt_ptr, stride_bt, bt_width, lens_ptr, out_ptr, stride_out, max_len,
     H: gl.constexpr, PAGE: gl.constexpr, BLOCK: gl.constexpr, KEYS_PER_PROG: gl.constexpr, STAGES: gl.constexpr,
-    NEXT_N: gl.constexpr, CLEAN: gl.constexpr, num_warps: gl.constexpr,
+    NEXT_N: gl.constexpr, CLEAN: gl.constexpr, EVICT: gl.constexpr, num_warps: gl.constexpr,
 ):
     # each key tile meets the request's NEXT_N tokens in GROUPS MMA units of GROUP tokens
     GROUP: gl.constexpr = 1 if NEXT_N == 1 else 2
@@ -155,12 +156,12 @@ def _paged_logits_kernel(
                     f_next += BLOCK
                     page_next = gl.load(bt_row + f_next // PAGE, mask=f_next < length, other=0)
             _score(done, w0, w1, sc, lens0, lens1, u - 1, start, out_rows, stride_out, limit, BLOCK, GROUP, GROUPS, H,
-                   STORE)
+                   STORE, EVICT)
             acc = running
         done = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         sc = sc_smem.index((N_TILES - 1) % STAGES).reshape([BLOCK]).load(SCALES)
         _score(done, w0, w1, sc, lens0, lens1, UNITS - 1, start, out_rows, stride_out, limit, BLOCK, GROUP, GROUPS, H,
-               STORE)
+               STORE, EVICT)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
     elif CLEAN:
@@ -199,6 +200,14 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
     return dict(KEYS_PER_PROG=kpp, STAGES=4) if kpp else None
 
 
+def _logits_eviction(out: torch.Tensor) -> str:
+    """The L2 policy of the logits' stores. The key reads stream past L2 (32 rows of 32K keys are
+    138 MB against 50 MB), and with a normal policy they evict the logits written early before
+    the top-k reads them back. Logits that fit half of L2 are stored evict_last."""
+    l2 = torch.cuda.get_device_properties(out.device).L2_cache_size
+    return "evict_last" if out.numel() * out.element_size() <= l2 // 2 else ""
+
+
 def paged_indexer_logits(q_fp8, weights, keys, scales, block_table, context_lens, max_context_len: int, next_n: int,
                          clean_logits: bool, config: dict) -> torch.Tensor:
     """Arguments as kernels/indexer_logits.paged_indexer_logits (next_n 1, 2 or 4), already checked
@@ -213,6 +222,6 @@ def paged_indexer_logits(q_fp8, weights, keys, scales, block_table, context_lens
     _paged_logits_kernel[grid](
         q_fp8, weights, key_tiles, scale_tiles, block_table, block_table.stride(0), block_table.shape[1], context_lens,
         out, out.stride(0), max_context_len, H=heads, PAGE=keys.shape[1], BLOCK=BLOCK_K, NEXT_N=next_n,
-        CLEAN=clean_logits, num_warps=4, **config,
+        CLEAN=clean_logits, EVICT=_logits_eviction(out), num_warps=4, **config,
     )
     return out

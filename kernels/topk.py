@@ -235,7 +235,9 @@ def _candidates_kernel(
     if (length > K) & (block * BLOCK < length):
         t0 = _scalar(tl.load(t0_ptr + row)).to(tl.uint32, bitcast=True)
         live = pos < length
-        hit = (live & (_ordered_key(tl.load(base + pos, mask=live, other=0.0)) >= t0)).to(tl.int32)
+        # the row's last full read: evict_first hands back the L2 lines the indexer stored evict_last
+        x = tl.load(base + pos, mask=live, other=0.0, eviction_policy="evict_first")
+        hit = (live & (_ordered_key(x) >= t0)).to(tl.int32)
         hits = tl.sum(hit, axis=0)
         if hits > 0:
             # one atomic per block: its hits form one run of the list, in position order

@@ -118,9 +118,10 @@ def _before(flags, SLICE: tl.constexpr):
 def _load_slice(base, pos, length):
     """The slice's logits. The mask stops at a multiple of 4 and the last few keys come as scalars,
     so that the compiler may load 4 keys a thread at once (over aligned rows), and every later
-    step, scans included, works on runs of 4 keys in a thread instead of 1."""
+    step, scans included, works on runs of 4 keys in a thread instead of 1. The row's last full
+    read: evict_first hands back the L2 lines the indexer stored evict_last."""
     whole = (length // 4) * 4
-    x = tl.load(base + pos, mask=pos < whole, other=0.0)
+    x = tl.load(base + pos, mask=pos < whole, other=0.0, eviction_policy="evict_first")
     for i in tl.static_range(3):
         tail = whole + i
         x = tl.where(pos == tail, tl.load(base + tail, mask=tail < length, other=0.0), x)

@@ -60,9 +60,11 @@ def paged_indexer(next_n: int) -> dict:
                  bt_ptr="*i32", lens_ptr="*i32", out_ptr="*fp32")
     aligned = {"q_ptr", "w_ptr", "bt_ptr", "stride_bt", "lens_ptr", "out_ptr", "stride_out"}
     k, warnings = build(indexer_gluon._paged_logits_kernel, types,
-                        dict(H=64, PAGE=64, BLOCK=64, KEYS_PER_PROG=1024, STAGES=4, NEXT_N=next_n, CLEAN=True), aligned, 4)
-    return dict(kernel="paged_indexer", next_n=next_n, shared=k.metadata.shared, tma="cp.async.bulk.tensor" in k.asm["ptx"],
-                ptxas_warnings=warnings)
+                        dict(H=64, PAGE=64, BLOCK=64, KEYS_PER_PROG=1024, STAGES=4, NEXT_N=next_n, CLEAN=True,
+                             EVICT="evict_last"), aligned, 4)
+    ptx = k.asm["ptx"]
+    return dict(kernel="paged_indexer", next_n=next_n, shared=k.metadata.shared, tma="cp.async.bulk.tensor" in ptx,
+                logits_evict_last="st.global.L1::evict_last.L2::cache_hint" in ptx, ptxas_warnings=warnings)
 
 
 if __name__ == "__main__":
