@@ -199,8 +199,11 @@ def correctness():
         reference.store_index_keys_ref(b, keys.cpu(), slots.cpu(), PAGE, rotate=rotate)
         bad = int((a.cpu() != b).sum())
         # rotating is a matmul whose fp32 summation order differs: a rare value lands on the other
-        # side of an e4m3 rounding boundary, so only the unrotated store must be bit-exact
-        check(f"index store bytes rotate={rotate}", bad == 0 if not rotate else bad <= a.numel() * 1e-4,
+        # side of an e4m3 rounding boundary, so only the unrotated store must be bit-exact (the
+        # interpreter's matmul moves a token's amax, and so all its bytes, more often: 1% there,
+        # as in tests/kernels/test_cache_store.py)
+        share = 1e-2 if OPT.smoke else 1e-4
+        check(f"index store bytes rotate={rotate}", bad == 0 if not rotate else bad <= a.numel() * share,
               mismatched_bytes=bad)
     for fp8 in (False, True):
         p = torch.zeros(2000, 656 if fp8 else 576, dtype=torch.uint8 if fp8 else torch.bfloat16, device=DEV)
