@@ -5,10 +5,12 @@ e.g. the kernels of an earlier commit:
     mkdir -p .ab && git show REV:kernels/topk_cooperative.py > .ab/base.py
     git show REV:kernels/topk.py > .ab/base3.py
     # on the device, carrying .device and .ab:
-    source .device/setup.sh && python3 benchmarks/topk_ab.py [quick] [nochecks] base=.ab/base.py base3=.ab/base3.py
+    source .device/setup.sh && python3 benchmarks/topk_ab.py [quick] [nochecks] [flush] base=.ab/base.py base3=.ab/base3.py
 
 `indexer=FILE` (a copy of kernels/indexer_gluon.py) times every kernel behind that indexer as
-well as behind the current one.
+well as behind the current one. `flush` puts a 128 MiB copy before the indexer in every graph
+(and takes its time off), as a layer's attention and MoE traffic comes between two indexers in a
+model: nothing the last replay left in L2 survives to the next.
 
 Each kernel runs the shapes it serves: the cooperative launch those parts_per_row gives parts
 for, the three launches every shape in the checks (with their own topk_config) and, in the
@@ -174,23 +176,40 @@ def indexer_case(n, w, gluon_module):
     return indexer, lens, table
 
 
-def timings(variants, indexers, rounds):
+def flusher():
+    """A copy that leaves nothing of an earlier replay in L2 (128 MiB read and written through 50 MB), and its time."""
+    src = torch.empty(1 << 25, device=DEV)
+    dst = torch.empty_like(src)
+
+    def flush():
+        dst.copy_(src)
+    return flush, graph_us(flush)
+
+
+def timings(variants, indexers, rounds, flush):
     for (n, w), (indexer_name, gluon_module) in itertools.product(TIME_SHAPES, indexers.items()):
-        indexer, lens, table = indexer_case(n, w, gluon_module)
-        logits = indexer()
+        case, lens, table = indexer_case(n, w, gluon_module)
+        if flush is None:
+            indexer, t_flush = case, 0.0
+        else:
+            def indexer(case=case):
+                flush[0]()
+                return case()
+            t_flush = flush[1]
+        logits = case()
         want = expected(logits, lens, table)
         runs = {name: runner(module, n, w) for name, module in variants.items()}
         runs = {name: run for name, run in runs.items() if run is not None}
         if any(hasattr(variants[name], "cooperative_topk") for name in runs):  # the three launches do not serve here
             runs = {name: run for name, run in runs.items() if hasattr(variants[name], "cooperative_topk")}
         exact = {name: torch.equal(runner(variants[name], n, w, poison=True)(logits, lens, table), want) for name in runs}
-        t_indexer = graph_us(indexer)
+        t_indexer = graph_us(indexer) - t_flush
         names = list(runs)
         for r in range(rounds):
             for name in names if r % 2 == 0 else names[::-1]:
                 run = runs[name]
                 alone = graph_us(lambda: run(logits, lens, table))
-                behind = graph_us(lambda: run(indexer(), lens, table)) - t_indexer
+                behind = graph_us(lambda: run(indexer(), lens, table)) - t_indexer - t_flush
                 log("rows", shape=[n, w], kernel=name, indexer=indexer_name, round=r, indexer_us=round(t_indexer, 2),
                     alone_us=round(alone, 2), behind_us=round(behind, 2), share_behind=round(behind / t_indexer, 3),
                     exact=exact[name])
@@ -209,7 +228,7 @@ def main():
     if "nochecks" not in sys.argv:
         correctness(variants, 2 if quick else 4)
         graph_replays(32, 32768, 50)
-    timings(variants, indexers, 2)
+    timings(variants, indexers, 2, flusher() if "flush" in sys.argv else None)
     wrong = sum(c["wrong"] for c in RESULTS["checks"])
     launches = sum(c["launches"] for c in RESULTS["checks"])
     log("notes", summary=f"{wrong} wrong of {launches} launches in {len(RESULTS['checks'])} checks")
