@@ -203,7 +203,9 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
 def _logits_eviction(out: torch.Tensor) -> str:
     """The L2 policy of the logits' stores. The key reads stream past L2 (32 rows of 32K keys are
     138 MB against 50 MB), and with a normal policy they evict the logits written early before
-    the top-k reads them back. Logits that fit half of L2 are stored evict_last."""
+    the top-k reads them back. Logits that fit half of L2 are stored evict_last; the top-k's read
+    of them is evict_first, which hands the lines back (docs/PERFORMANCE.md, "The logits stored
+    evict_last")."""
     l2 = torch.cuda.get_device_properties(out.device).L2_cache_size
     return "evict_last" if out.numel() * out.element_size() <= l2 // 2 else ""
 

@@ -1,6 +1,7 @@
 """Paged (native next_n) and ragged indexer logits match the float32 reference."""
 
 import logging
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -128,6 +129,16 @@ def test_gluon_paged_kernel_takes_large_grids_only():
     assert indexer_gluon.gluon_config(32, 4096, 2, 132)["KEYS_PER_PROG"] == 512
     assert indexer_gluon.gluon_config(1, 32768, 2, 132) is None
     assert indexer_gluon.gluon_config(128, 32768, 3, 132) is None  # no unit split for three tokens
+
+
+def test_gluon_paged_kernel_keeps_logits_in_l2_only_when_they_fit_half_of_it(monkeypatch):
+    # the device's properties stand in for a Hopper's 50 MB of L2
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(L2_cache_size=50 << 20))
+    def policy(rows, width):
+        return indexer_gluon._logits_eviction(torch.empty(rows, width, device="meta"))
+    assert policy(32, 32768) == "evict_last"  # 4 MiB
+    assert policy(128, 32768) == "evict_last"  # 16 MiB
+    assert policy(128, 131072) == ""  # 64 MiB: more than L2 holds
 
 
 def test_pool_parts_are_the_keys_and_scales_the_kernels_read():
