@@ -1,6 +1,9 @@
-"""A/B of FP8 sparse MLA decode with CTA pairs (sparse_mla_gluon.PAIRS) against one CTA a head block.
-  python3 .ab/pairs.py smoke   -- one small pair launch (run under a short timeout: a hang shows there)
-  python3 .ab/pairs.py         -- correctness (bitwise against PAIRS=False, error against the reference), timings"""
+"""Nineteenth session, H100. Needs `git apply benchmarks/results/2026-11-25-mla-cta-pairs/cta-pairs.patch`
+(and, for pairs_ab.py, `patch -o .ab/gluon_vX.py kernels/sparse_mla_gluon.py variant-vX.diff`; va is the
+patched kernel itself); run from the repository root on the device with dsa_kernels importable.
+A/B of FP8 sparse MLA decode with CTA pairs (sparse_mla_gluon.PAIRS) against one CTA a head block.
+  python3 pairs.py smoke   -- one small pair launch (run under a short timeout: a hang shows there)
+  python3 pairs.py         -- correctness (bitwise against PAIRS=False, error against the reference), timings"""
 import json, os, sys, time
 import torch, triton.testing
 from dsa_kernels import dispatch, reference, sparse_mla, sparse_mla_gluon as g

@@ -1,5 +1,8 @@
-"""Timing of sparse_mla_gluon variants (.ab/gluon_<name>.py) at 128 heads, FP8 pool, against the
-committed kernel with PAIRS off and FlashMLA.  python3 .ab/pairs_ab.py va vb vc"""
+"""Nineteenth session, H100. Needs `git apply benchmarks/results/2026-11-25-mla-cta-pairs/cta-pairs.patch`
+(and, for pairs_ab.py, `patch -o .ab/gluon_vX.py kernels/sparse_mla_gluon.py variant-vX.diff`; va is the
+patched kernel itself); run from the repository root on the device with dsa_kernels importable.
+Timing of sparse_mla_gluon variants (.ab/gluon_<name>.py) at 128 heads, FP8 pool, against the
+committed kernel with PAIRS off and FlashMLA.  python3 pairs_ab.py va vb vc"""
 import importlib.util, json, os, sys, time
 import torch, triton.testing
 from dsa_kernels import dispatch, reference, sparse_mla, sparse_mla_gluon as kept
