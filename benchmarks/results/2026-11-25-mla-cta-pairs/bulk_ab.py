@@ -1,5 +1,8 @@
-"""A/B of the Gluon sparse MLA: the committed kernel (.ab/gluon_base.py) against kernels/sparse_mla_gluon.py.
-FP8 and bf16 pools.  python3 .ab/new_ab.py"""
+"""A/B of the Gluon sparse MLA (nineteenth session, H100): the committed kernel (.ab/gluon_base.py, from
+`git show HEAD:kernels/sparse_mla_gluon.py`) against kernels/sparse_mla_gluon.py with a patch applied
+(bulk-latent-copies.patch, or split-free.patch with the b512 variant left out), and .ab/gluon_b512.py
+(`patch -o .ab/gluon_b512.py kernels/sparse_mla_gluon.py bulk-latent-512.diff` over the bulk patch).
+FP8 and bf16 pools; from the repository root on the device."""
 import importlib.util, json, os, sys, time
 import torch, triton.testing
 from dsa_kernels import dispatch, reference, sparse_mla, sparse_mla_gluon as new
