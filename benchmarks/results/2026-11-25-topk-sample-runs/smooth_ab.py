@@ -1,6 +1,6 @@
-"""Nineteenth session, H100 (benchmarks/results/2026-11-25-topk-sample-runs/; copy to .ab/, with .ab/base.py from
-`git show HEAD~N:kernels/topk_cooperative.py` before the patch, .ab/topk_runs8.py from sample-runs-only.diff, and
-the patch applied). The cooperative top-k on rows whose neighbours are alike (moving averages of randn), where a
+"""Nineteenth session, H100 (benchmarks/results/2026-11-25-topk-sample-runs/). Set up from the repository root:
+cp kernels/topk_cooperative.py .ab/base.py; patch -o .ab/topk_runs8.py .ab/base.py sample-runs-only.diff;
+git apply sample-runs-design-effect.patch; cp smooth_ab.py .ab/. The cooperative top-k on rows whose neighbours are alike (moving averages of randn), where a
 sample of runs of neighbouring keys says less than its size: the committed kernel (.ab/base.py,
 strided sample), runs without the design effect (.ab/topk_runs8.py) and kernels/topk_cooperative.py.
 CUDA graphs, alone.  python3 .ab/smooth_ab.py"""
