@@ -87,7 +87,8 @@ def _num_sms(device: torch.device) -> int:
 def _pdl(device: torch.device) -> dict:
     """Launch options for programmatic dependent launch (Hopper on): each launch may start while
     the one before it drains, and waits for it (gdc_wait) before reading what it wrote. 0-6% in
-    CUDA graphs on the H200 (docs/PERFORMANCE.md)."""
+    CUDA graphs on the H200 (docs/PERFORMANCE.md). The one-launch top-k does not take it:
+    kernels/topk_cooperative._launch_options says why."""
     on = device.type == "cuda" and not INTERPRET and torch.cuda.get_device_capability(device)[0] >= 9
     return dict(PDL=on, launch_pdl=True) if on else dict(PDL=False)
 

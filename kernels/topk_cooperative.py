@@ -42,9 +42,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_wait
 
-from .topk import _num_sms, _ordered_key, _pdl, _row, _scatter, _transform
+from .topk import _num_sms, _ordered_key, _row, _scatter, _transform
 from .triton_dot import INTERPRET
 
 BINS = tl.constexpr(64)
@@ -240,10 +239,8 @@ def _topk_kernel(
     logits_ptr, stride_logits, starts_ptr, lens_ptr, counters, exch_ptr, gather_ptr, list_ptr, out_ptr, stride_out,
     bt_ptr, stride_bt, offs_ptr, NEXT_N,
     K: tl.constexpr, P: tl.constexpr, SLICE: tl.constexpr, SAMPLE: tl.constexpr, PAIR_CAP: tl.constexpr,
-    HAS_STARTS: tl.constexpr, PAGE: tl.constexpr, TRANSFORM: tl.constexpr, PDL: tl.constexpr,
+    HAS_STARTS: tl.constexpr, PAGE: tl.constexpr, TRANSFORM: tl.constexpr,
 ):
-    if PDL:
-        gdc_wait()  # launched early (programmatic dependent launch): the logits' writer must be done
     row = tl.program_id(0)
     part = tl.program_id(1)
     length, base = _row(logits_ptr, stride_logits, starts_ptr, lens_ptr, row, HAS_STARTS)
@@ -394,7 +391,9 @@ def _warps(slice_: int) -> int:
 
 
 def _launch_options(device: torch.device) -> dict:
-    """Programmatic dependent launch as the three-launch top-k takes it, and a cooperative launch:
-    the driver then refuses a grid whose programs cannot all be resident at once instead of
-    letting its barriers wait forever."""
-    return dict(_pdl(device), **({} if device.type != "cuda" or INTERPRET else dict(launch_cooperative_grid=True)))
+    """A cooperative launch: the driver then refuses a grid whose programs cannot all be resident
+    at once instead of letting its barriers wait forever. Not a programmatic dependent launch, as
+    the three launches are: behind the indexer, the top-k launched early took 0.2-0.9 us longer
+    than launched after it, at every shape this kernel serves (H100, docs/PERFORMANCE.md, "The
+    one launch after the indexer, not early"); only back to back with itself did it gain."""
+    return {} if device.type != "cuda" or INTERPRET else dict(launch_cooperative_grid=True)
