@@ -1,4 +1,6 @@
-"""Is it the logits' L2 state after the indexer that makes the top-k slower behind it than alone?"""
+"""Is it the logits' L2 state after the indexer that makes the top-k slower behind it than alone?
+Ran on 5b39dc4; on the device, from the repository root (the dsa_kernels link as in
+benchmarks/device_checks.sh): source .device/setup.sh && python3 benchmarks/results/2026-11-25-topk-after-indexer/gap2.py"""
 import json, os, sys
 import torch
 import triton.testing

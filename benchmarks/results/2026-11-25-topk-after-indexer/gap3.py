@@ -1,5 +1,10 @@
 """The top-k behind the indexer's evict_last logits: its slice read evict_first (kept), plain, or
-evict_last; and behind normal stores."""
+evict_last; and behind normal stores. Ran on 5b39dc4. Setup, from the repository root:
+    mkdir -p .ab && D=benchmarks/results/2026-11-25-topk-after-indexer
+    patch -o .ab/noef.py kernels/topk_cooperative.py $D/slice-read-plain.diff
+    patch -o .ab/el.py kernels/topk_cooperative.py $D/slice-read-evict-last.diff
+then on the device (carrying .device and .ab; the dsa_kernels link as in benchmarks/device_checks.sh):
+    source .device/setup.sh && python3 $D/gap3.py   (writes $OUT/gap3.json)"""
 import json, os, sys
 import torch
 import triton.testing
@@ -9,7 +14,7 @@ from dsa_kernels import indexer_gluon, topk, topk_cooperative as tc
 
 OUT = os.environ.get("OUT", ".")
 g = lambda fn: 1000 * float(triton.testing.do_bench_cudagraph(fn, rep=40, return_mode="median"))
-variants = {"kept": tc, "plain": ab.load_variant("plain", "benchmarks/results/2026-11-25-topk-after-indexer/slice-read-plain.py"), "evict_last": ab.load_variant("el", "benchmarks/results/2026-11-25-topk-after-indexer/slice-read-evict-last.py")}
+variants = {"kept": tc, "plain": ab.load_variant("plain", ".ab/noef.py"), "evict_last": ab.load_variant("el", ".ab/el.py")}
 evict = indexer_gluon._logits_eviction
 res = []
 for n, w in [(32, 32768), (8, 131072), (16, 32768)]:
