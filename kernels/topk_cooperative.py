@@ -393,7 +393,7 @@ def _warps(slice_: int) -> int:
 def _launch_options(device: torch.device) -> dict:
     """A cooperative launch: the driver then refuses a grid whose programs cannot all be resident
     at once instead of letting its barriers wait forever. Not a programmatic dependent launch, as
-    the three launches are: behind the indexer, the top-k launched early took 0.2-0.9 us longer
+    the three launches are: behind the indexer, the top-k launched early took 0.1-0.9 us longer
     than launched after it, at every shape this kernel serves (H100, docs/PERFORMANCE.md, "The
     one launch after the indexer, not early"); only back to back with itself did it gain."""
     return {} if device.type != "cuda" or INTERPRET else dict(launch_cooperative_grid=True)
