@@ -364,12 +364,12 @@ def topk_section():
         idx_fn = lambda: indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, ctx, 1, clean_logits=False)  # noqa: E731
         ms_idx, g_idx = bench(idx_fn), bench_graph(idx_fn)
         row("topk", "triton paged indexer (next_n 1, default config)", ms_idx, **tag, graph_ms=g_idx)
-        ms_dg = None
+        ms_dg = g_dg = None
         if dg is not None:
             try:
                 dg_fn = lambda: dispatch._deepgemm_paged(q, w, pool, table, lens, PAGE, ctx, 1, False)  # noqa: E731
-                ms_dg = bench(dg_fn)
-                row("topk", "deepgemm paged indexer (next_n 1)", ms_dg, **tag, graph_ms=bench_graph(dg_fn))
+                ms_dg, g_dg = bench(dg_fn), bench_graph(dg_fn)
+                row("topk", "deepgemm paged indexer (next_n 1)", ms_dg, **tag, graph_ms=g_dg)
             except Exception as exc:  # noqa: BLE001
                 RES["errors"].append(f"deepgemm paged {tag}: {str(exc)[:200]}")
         for source in ("randn", "indexer"):
@@ -405,6 +405,12 @@ def topk_section():
                                                                    page_size=PAGE, backend="triton"))
                 behind = dict(graph_ms_behind_indexer=round(both - g_idx, 5),
                               graph_frac_of_indexer_behind_it=round((both - g_idx) / g_idx, 3)) if both and g_idx else {}
+                if g_dg:  # behind DeepGEMM's indexer, which the dispatch runs wherever deep_gemm loads
+                    both_dg = bench_graph(lambda: dispatch.topk_transform(dg_fn(), lens, K, "paged", block_table=table,
+                                                                          page_size=PAGE, backend="triton"))
+                    if both_dg:
+                        behind.update(graph_ms_behind_deepgemm=round(both_dg - g_dg, 5),
+                                      graph_frac_of_deepgemm_behind_it=round((both_dg - g_dg) / g_dg, 3))
                 row("topk", "triton paged transform, indexer logits", ms, **tag, **fracs, **behind)
             check(f"topk exact {source} batch={batch} ctx={ctx}", exact(logits, lens, table, paged()))
         del q, w, table, lens, logits

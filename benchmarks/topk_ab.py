@@ -5,12 +5,13 @@ e.g. the kernels of an earlier commit:
     mkdir -p .ab && git show REV:kernels/topk_cooperative.py > .ab/base.py
     git show REV:kernels/topk.py > .ab/base3.py
     # on the device, carrying .device and .ab:
-    source .device/setup.sh && python3 benchmarks/topk_ab.py [quick] [nochecks] [flush] base=.ab/base.py base3=.ab/base3.py
+    source .device/setup.sh && python3 benchmarks/topk_ab.py [quick] [nochecks] [flush] [everywhere] base=.ab/base.py base3=.ab/base3.py
 
 `indexer=FILE` (a copy of kernels/indexer_gluon.py) times every kernel behind that indexer as
 well as behind the current one. `flush` puts a 128 MiB copy before the indexer in every graph
 (and takes its time off), as a layer's attention and MoE traffic comes between two indexers in a
-model: nothing the last replay left in L2 survives to the next.
+model: nothing the last replay left in L2 survives to the next. `everywhere` times the three
+launches at every shape too, beside a cooperative variant that serves more shapes than the default.
 
 Each kernel runs the shapes it serves: the cooperative launch those parts_per_row gives parts
 for, the three launches every shape in the checks (with their own topk_config) and, in the
@@ -196,7 +197,8 @@ def timings(variants, indexers, rounds, flush):
         want = expected(logits, lens, table)
         runs = {name: runner(module, n, w) for name, module in variants.items()}
         runs = {name: run for name, run in runs.items() if run is not None}
-        if any(hasattr(variants[name], "cooperative_topk") for name in runs):  # the three launches do not serve here
+        # the three launches do not serve where the one launch does, unless every kernel is timed where it serves
+        if "everywhere" not in sys.argv and any(hasattr(variants[name], "cooperative_topk") for name in runs):
             runs = {name: run for name, run in runs.items() if hasattr(variants[name], "cooperative_topk")}
         exact = {name: torch.equal(runner(variants[name], n, w, poison=True)(logits, lens, table), want) for name in runs}
         t_indexer = graph_us(indexer) - t_flush

@@ -4,7 +4,9 @@ meeting at barriers in global memory.
 At small batch the three-launch top-k (kernels/topk.py) is latency-bound: three dependent launches
 and a select that resolves ~3K candidates in one program per row. Here each row is split across P
 programs (rows x P at most the SM count, launched cooperatively, so all of them are resident at
-once and may wait for each other), each holding its slice of the row in registers:
+once and may wait for each other), each holding its slice of the row in registers, up to 8192 keys.
+A program whose span of the row is longer (up to four slices: 64 or 128 rows of 32K keys, 32 of
+128K) reads it a slice at a time and holds only its list (step 2, _streamed):
 
 1. every program of the row reads the same strided sample of it and brackets the k-th key by
    value: the sample's keys ranked 3 binomial standard deviations either side of where the k-th
@@ -15,7 +17,11 @@ once and may wait for each other), each holding its slice of the row in register
    at or above the bracket, a tenth of a normal 32K row), in order, and reads their logits again
    through the list; every later step (histograms, gather, output) then works on the list, a
    quarter of the slice. A program whose keys do not fit, a row whose k-th key lies below the
-   bracket, and rows shorter than 8 k go on over the slice;
+   bracket, and rows shorter than 8 k go on over the slice. A streamed span lists up to a slice's
+   worth of keys (its bracket reaches 4.5 standard deviations below the k-th key's rank, as
+   another read of the span costs more than a wider list); a row where one of its lists overflows,
+   or whose k-th key lies below the bracket, reads its spans again in every later step
+   (_streamed_rounds);
 3. rounds: each program histograms its live keys (those in the bins chosen so far) over the
    round's 64 bins and publishes the histogram; the row's programs meet; each reads all P and picks
    the bin holding the need-th largest live key. Up to three rounds by value (the bracket, then
@@ -51,6 +57,7 @@ VALUE_ROUNDS = tl.constexpr(3)
 PAIR_CAP = 64  # the most keys of the last bin ranked pairwise ([PAIR_CAP, PAIR_CAP] compares a program)
 SAMPLE = 1024  # keys of the sample that places the first round's bins (_bracket)
 MIN_SLICE, MAX_SLICE = 512, 8192  # keys a program holds (device_parts)
+MAX_SPAN = 4 * MAX_SLICE  # keys a program reads, a slice at a time (_streamed)
 MAX_PARTS = 128  # a meeting adds 128 / P per program (_meet)
 
 
@@ -135,20 +142,54 @@ def _value_bins(x, lo, scale):
 
 
 @triton.jit
-def _bracket(sample, lo, span, length, K: tl.constexpr, SAMPLE: tl.constexpr):
+def _bracket(sample, lo, span, length, K: tl.constexpr, SAMPLE: tl.constexpr, SIGMAS_BELOW: tl.constexpr):
     """The first round's bracket (step 1 of the module docstring): its low end and width. A 32K
     row's k-th key then shares its bin with ~30 keys (the gather's share) instead of ~460 when the
-    first round split the sample's whole span."""
+    first round split the sample's whole span. It reaches 3 binomial standard deviations above the
+    k-th key's rank in the sample and SIGMAS_BELOW below it."""
     scale = BINS / tl.maximum(span, 1e-30)
     hist = tl.histogram(_value_bins(sample, lo, scale), BINS)
     at_or_above = tl.cumsum(hist, axis=0, reverse=True)
     expect = (K * SAMPLE) / length.to(tl.float32)
-    spread = 3.0 * tl.sqrt(expect * (1.0 - expect / SAMPLE)) + 1.0
+    sigma = tl.sqrt(expect * (1.0 - expect / SAMPLE))
+    above, below = 3.0 * sigma + 1.0, SIGMAS_BELOW * sigma + 1.0
     # the bin of the r-th largest sample key is the last bin with at least r keys at or above it
-    top, bottom = tl.reduce(((at_or_above >= expect - spread).to(tl.int32),
-                             (at_or_above >= tl.minimum(expect + spread, SAMPLE)).to(tl.int32)), 0, _add)
+    top, bottom = tl.reduce(((at_or_above >= expect - above).to(tl.int32),
+                             (at_or_above >= tl.minimum(expect + below, SAMPLE)).to(tl.int32)), 0, _add)
     low = lo + (bottom - 1).to(tl.float32) / scale
     return low, (top - bottom + 1).to(tl.float32) / scale
+
+
+@triton.jit
+def _first_round(base, length, K: tl.constexpr, SAMPLE: tl.constexpr, SIGMAS_BELOW: tl.constexpr):
+    """The row's sample and the first round's bins by value (step 1 of the module docstring):
+    whether rounds by value apply, the sample's extremes, the bracket, and the bins' low end and
+    scale (bin 0 for the keys below the bracket, 63 for those above)."""
+    sample = tl.load(base + (tl.arange(0, SAMPLE).to(tl.int64) * length) // SAMPLE)
+    sample_lo = tl.min(sample, axis=0)
+    sample_hi = tl.max(sample, axis=0)
+    span = sample_hi - sample_lo
+    # bins by value need a finite, positive span (no infinities in the sample, not one value)
+    value_rounds = tl.where((span > 0.0) & (span < float("inf")), VALUE_ROUNDS, 0)
+    bracket_lo, bracket_span = _bracket(sample, sample_lo, span, length, K, SAMPLE, SIGMAS_BELOW)
+    scale = (BINS - 2) / bracket_span  # with value rounds, at least a 64th of the span
+    return value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span, bracket_lo - 1.0 / scale, scale
+
+
+@triton.jit
+def _second_round(b, lo, scale, value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span):
+    """The second round's bins by value, after the first chose bin b."""
+    if value_rounds > 0:
+        if b == 0:  # below the bracket: down to the sample's low end
+            lo = sample_lo
+            scale = BINS / tl.maximum(bracket_lo - lo, 1e-30)
+        elif b == BINS - 1:  # above it: up to the sample's high end
+            lo = bracket_lo + bracket_span
+            scale = BINS / tl.maximum(sample_hi - lo, 1e-30)
+        else:
+            lo += b.to(tl.float32) / scale
+            scale *= BINS
+    return lo, scale
 
 
 @triton.jit
@@ -177,6 +218,22 @@ def _exchange(hist, exch, rnd, counter, part, need, P: tl.constexpr):
     _meet(counter, P)
     hists = tl.load(buf + parts[:, None] * BINS + bins[None, :])
     return _pick_bin(hists, parts[:, None] < part, need)
+
+
+@triton.jit
+def _last_taken(gather, share, need, first, PAIR_CAP: tl.constexpr):
+    """The row's last key taken (its ordered key and position), from the share <= PAIR_CAP live keys
+    gathered in position order, ranked pairwise by key, then position; and how many of the live
+    keys taken lie before this program's first position."""
+    g = tl.arange(0, PAIR_CAP)
+    ok = g < share
+    gk = tl.load(gather + g, mask=ok, other=0).to(tl.uint32, bitcast=True)
+    gp = tl.load(gather + PAIR_CAP + g, mask=ok, other=0)
+    ahead = (gk[None, :] > gk[:, None]) | ((gk[None, :] == gk[:, None]) & (gp[None, :] < gp[:, None]))
+    rank = tl.sum((ok[None, :] & ahead).to(tl.int32), axis=1)
+    last_key = ok & (rank == need - 1)
+    taken_earlier = (ok & (rank < need) & (gp < first)).to(tl.int32)
+    return tl.reduce((tl.where(last_key, gk, 0), tl.where(last_key, gp, -1), taken_earlier), 0, _max_max_add)
 
 
 @triton.jit
@@ -214,16 +271,7 @@ def _finish(
         _scatter(gather + entry, key.to(tl.int32, bitcast=True), live)
         _scatter(gather + PAIR_CAP + entry, pos, live)
         _meet(counter, P)
-        g = tl.arange(0, PAIR_CAP)
-        ok = g < share
-        gk = tl.load(gather + g, mask=ok, other=0).to(tl.uint32, bitcast=True)
-        gp = tl.load(gather + PAIR_CAP + g, mask=ok, other=0)
-        ahead = (gk[None, :] > gk[:, None]) | ((gk[None, :] == gk[:, None]) & (gp[None, :] < gp[:, None]))
-        rank = tl.sum((ok[None, :] & ahead).to(tl.int32), axis=1)
-        last_key = ok & (rank == need - 1)
-        taken_earlier = (ok & (rank < need) & (gp < first)).to(tl.int32)
-        thr_key, thr_pos, chosen_before = tl.reduce(
-            (tl.where(last_key, gk, 0), tl.where(last_key, gp, -1), taken_earlier), 0, _max_max_add)
+        thr_key, thr_pos, chosen_before = _last_taken(gather, share, need, first, PAIR_CAP)
         pick = (key > thr_key) | ((key == thr_key) & (pos <= thr_pos))
     else:  # the live keys are exactly those still needed
         chosen_before = share_before
@@ -235,11 +283,173 @@ def _finish(
 
 
 @triton.jit
+def _chunk(base, first, c, length, SLICE: tl.constexpr):
+    """Slice c of a streamed program's span: its logits and positions."""
+    pos = first + c * SLICE + tl.arange(0, SLICE)
+    return _load_slice(base, pos, length), pos
+
+
+@triton.jit
+def _decided(x, live, taken, lo, scale, b, nv, rnd: tl.constexpr):
+    """Round rnd by value, if decided (nv rounds by value are): keys in bins above b are taken,
+    those in b stay live."""
+    bin = _value_bins(x, lo, scale)
+    decided = nv > rnd
+    return tl.where(decided, live & (bin == b), live), tl.where(decided, taken | (live & (bin > b)), taken)
+
+
+@triton.jit
+def _state(x, pos, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2, kmask, kpre, pmask, ppre):
+    """Which keys of a chunk are still live and which are taken, from the rounds decided so far:
+    up to three by value (nv of them), then digits of the ordered key and of the reversed position
+    as masks and prefixes (the rounds take them from the top, so masked values order as the keys)."""
+    live = pos < length
+    taken = pos < 0
+    live, taken = _decided(x, live, taken, lo0, sc0, b0, nv, 0)
+    live, taken = _decided(x, live, taken, lo1, sc1, b1, nv, 1)
+    live, taken = _decided(x, live, taken, lo2, sc2, b2, nv, 2)
+    key = _ordered_key(x) & kmask
+    taken = taken | (live & (key > kpre))
+    live = live & (key == kpre)
+    rev = (0x7FFFFFFF - pos).to(tl.uint32) & pmask
+    taken = taken | (live & (rev > ppre))
+    return live & (rev == ppre), taken
+
+
+@triton.jit
+def _streamed_rounds(
+    base, length, first, value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span, lo, scale, part, exch,
+    counter, gather, row, out_row, bt_ptr, stride_bt, offs_ptr, NEXT_N,
+    K: tl.constexpr, P: tl.constexpr, SLICE: tl.constexpr, CHUNKS: tl.constexpr, PAIR_CAP: tl.constexpr,
+    PAGE: tl.constexpr, TRANSFORM: tl.constexpr,
+):
+    """Steps 3 and 4 of the module docstring from the first round on, for a streamed span whose row
+    the list does not serve: every round reads the span again, slice by slice, and works out each
+    key's state from the rounds decided so far (_state)."""
+    nv = tl.zeros((), tl.int32)  # rounds by value decided; the bins of the others are not read
+    lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2 = lo, scale, nv, lo, scale, nv, lo, scale, nv
+    kmask, kpre, pmask, ppre = nv.to(tl.uint32), nv.to(tl.uint32), nv.to(tl.uint32), nv.to(tl.uint32)
+    need = tl.zeros((), tl.int32) + K
+    above_before = tl.zeros((), tl.int32)
+    rnd = tl.zeros((), tl.int32)
+    share, share_before = rnd, rnd  # (set by every round)
+    going = rnd == 0
+    while going:
+        hist = tl.zeros((BINS,), tl.int32)
+        for c in range(CHUNKS):
+            x, pos = _chunk(base, first, c, length, SLICE)
+            live, taken = _state(x, pos, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2, kmask, kpre, pmask,
+                                 ppre)
+            hist += tl.histogram(_round_bins(x, pos, rnd, value_rounds, lo, scale), BINS, mask=live)
+        # exchange 0 was the list's: the rounds here take 1, 2, ...
+        b, above, share, above_earlier, share_before = _exchange(hist, exch, rnd + 1, counter, part, need, P)
+        above_before += above_earlier
+        need -= above
+        if rnd < value_rounds:
+            lo0, sc0, b0 = tl.where(rnd == 0, lo, lo0), tl.where(rnd == 0, scale, sc0), tl.where(rnd == 0, b, b0)
+            lo1, sc1, b1 = tl.where(rnd == 1, lo, lo1), tl.where(rnd == 1, scale, sc1), tl.where(rnd == 1, b, b1)
+            lo2, sc2, b2 = tl.where(rnd == 2, lo, lo2), tl.where(rnd == 2, scale, sc2), tl.where(rnd == 2, b, b2)
+            nv += 1
+            if rnd == 0:
+                lo, scale = _second_round(b, lo, scale, value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span)
+            else:
+                lo += b.to(tl.float32) / scale
+                scale *= BINS
+        else:
+            digit = rnd - value_rounds
+            shift = tl.maximum(26 - 6 * (digit % 6), 0).to(tl.uint32)
+            if digit < 6:
+                kmask |= (BINS - 1) << shift
+                kpre |= b.to(tl.uint32) << shift
+            else:
+                pmask |= (BINS - 1) << shift
+                ppre |= b.to(tl.uint32) << shift
+        rnd += 1
+        going = (share > PAIR_CAP) & (share > need)
+    # the last key taken: as _finish does, from the at most PAIR_CAP live keys gathered in position order
+    thr_key = tl.zeros((), tl.uint32)
+    thr_pos = tl.zeros((), tl.int32) + 0x7FFFFFFF
+    chosen_before = share_before
+    if share > need:
+        listed = tl.zeros((), tl.int32)
+        for c in range(CHUNKS):
+            x, pos = _chunk(base, first, c, length, SLICE)
+            live, taken = _state(x, pos, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2, kmask, kpre, pmask,
+                                 ppre)
+            entry = share_before + listed + _before(live, SLICE)
+            _scatter(gather + entry, _ordered_key(x).to(tl.int32, bitcast=True), live)
+            _scatter(gather + PAIR_CAP + entry, pos, live)
+            listed += tl.sum(live.to(tl.int32), axis=0)
+        _meet(counter, P)
+        thr_key, thr_pos, chosen_before = _last_taken(gather, share, need, first, PAIR_CAP)
+    written = above_before + chosen_before
+    for c in range(CHUNKS):
+        x, pos = _chunk(base, first, c, length, SLICE)
+        live, taken = _state(x, pos, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2, kmask, kpre, pmask, ppre)
+        key = _ordered_key(x)
+        take = taken | (live & ((key > thr_key) | ((key == thr_key) & (pos <= thr_pos))))
+        val = _transform(tl.where(take, pos, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
+        _scatter(out_row + written + _before(take, SLICE), val.to(tl.int32), take)
+        written += tl.sum(take.to(tl.int32), axis=0)
+
+
+@triton.jit
+def _streamed(
+    base, length, part, counter, exch, gather, lst, flags, row, out_row, bt_ptr, stride_bt, offs_ptr, NEXT_N,
+    K: tl.constexpr, P: tl.constexpr, SLICE: tl.constexpr, CHUNKS: tl.constexpr, SAMPLE: tl.constexpr,
+    PAIR_CAP: tl.constexpr, PAGE: tl.constexpr, TRANSFORM: tl.constexpr,
+):
+    """A program whose span (CHUNKS slices) is more than its registers hold: it reads the span once,
+    slice by slice, listing the keys at or above the bracket (up to a slice's worth), and goes on
+    over the list as the one-slice programs do. A row where some program's list overflows, whose
+    k-th key lies below the bracket, or without rounds by value goes on over its spans instead
+    (_streamed_rounds)."""
+    first = part * (SLICE * CHUNKS)
+    # a k-th key below the bracket costs a streamed span several more reads (_streamed_rounds), so
+    # the bracket reaches further down: 4.5 standard deviations miss ~3e-6 of normal rows, not 1e-3
+    value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span, lo, scale = _first_round(base, length, K, SAMPLE,
+                                                                                           4.5)
+    # two calls of _streamed_rounds: one after both branches makes a smaller kernel that spills (sm_90)
+    if value_rounds > 0:  # the same in every program of the row, as b and the overflow below
+        n_listed = tl.zeros((), tl.int32)
+        for c in range(CHUNKS):
+            x, pos = _chunk(base, first, c, length, SLICE)
+            listed = (pos < length) & (_value_bins(x, lo, scale) > 0)
+            entry = n_listed + _before(listed, SLICE)
+            _scatter(lst + entry, pos, listed & (entry < SLICE))
+            n_listed += tl.sum(listed.to(tl.int32), axis=0)
+        tl.store(flags + part, (n_listed > SLICE).to(tl.int32))
+        tl.debug_barrier()  # the program's stores before its loads
+        at = tl.arange(0, SLICE)
+        in_list = at < n_listed
+        lpos = tl.load(lst + at, mask=in_list, other=0)
+        lx = tl.load(base + lpos, mask=in_list, other=0.0)
+        lbin = tl.where(in_list, _value_bins(lx, lo, scale), 0)
+        below = tl.minimum(tl.maximum(length - first, 0), SLICE * CHUNKS) - n_listed
+        hist = tl.histogram(lbin, BINS, mask=in_list) + tl.where(tl.arange(0, BINS) == 0, below, 0)
+        b, above, share, above_before, share_before = _exchange(hist, exch, 0, counter, part, K, P)
+        overflow = tl.max(tl.load(flags + tl.arange(0, P)), axis=0)  # ordered by the meeting, as the histograms
+        if (b > 0) & (overflow == 0):
+            lo2, scale2 = _second_round(b, lo, scale, value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span)
+            _finish(lx, lpos, in_list & (lbin == b), in_list & (lbin > b), K - above, above_before, share_before,
+                    share, value_rounds, lo2, scale2, part, first, exch, counter, gather, row, out_row, bt_ptr,
+                    stride_bt, offs_ptr, NEXT_N, SLICE, P, PAIR_CAP, PAGE, TRANSFORM)
+        else:
+            _streamed_rounds(base, length, first, value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span, lo,
+                             scale, part, exch, counter, gather, row, out_row, bt_ptr, stride_bt, offs_ptr, NEXT_N, K,
+                             P, SLICE, CHUNKS, PAIR_CAP, PAGE, TRANSFORM)
+    else:
+        _streamed_rounds(base, length, first, value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span, lo, scale,
+                         part, exch, counter, gather, row, out_row, bt_ptr, stride_bt, offs_ptr, NEXT_N, K, P, SLICE,
+                         CHUNKS, PAIR_CAP, PAGE, TRANSFORM)
+
+
+@triton.jit
 def _topk_kernel(
-    logits_ptr, stride_logits, starts_ptr, lens_ptr, counters, exch_ptr, gather_ptr, list_ptr, out_ptr, stride_out,
-    bt_ptr, stride_bt, offs_ptr, NEXT_N,
-    K: tl.constexpr, P: tl.constexpr, SLICE: tl.constexpr, SAMPLE: tl.constexpr, PAIR_CAP: tl.constexpr,
-    HAS_STARTS: tl.constexpr, PAGE: tl.constexpr, TRANSFORM: tl.constexpr,
+    logits_ptr, stride_logits, starts_ptr, lens_ptr, counters, exch_ptr, gather_ptr, list_ptr, flags_ptr, out_ptr,
+    stride_out, bt_ptr, stride_bt, offs_ptr, NEXT_N,
+    K: tl.constexpr, P: tl.constexpr, SLICE: tl.constexpr, CHUNKS: tl.constexpr, SAMPLE: tl.constexpr,
+    PAIR_CAP: tl.constexpr, HAS_STARTS: tl.constexpr, PAGE: tl.constexpr, TRANSFORM: tl.constexpr,
 ):
     row = tl.program_id(0)
     part = tl.program_id(1)
@@ -251,20 +461,18 @@ def _topk_kernel(
             val = _transform(tl.where(slot < length, slot, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE,
                              TRANSFORM)
             tl.store(out_row + slot, val.to(tl.int32), mask=slot < K)
+    elif CHUNKS > 1:
+        _streamed(base, length, part, counters + row, exch_ptr + row.to(tl.int64) * (2 * P * BINS),
+                  gather_ptr + row.to(tl.int64) * (2 * PAIR_CAP), list_ptr + (row * P + part).to(tl.int64) * SLICE,
+                  flags_ptr + row * P, row, out_row, bt_ptr, stride_bt, offs_ptr, NEXT_N, K, P, SLICE, CHUNKS, SAMPLE,
+                  PAIR_CAP, PAGE, TRANSFORM)
     else:
         first = part * SLICE
         pos = first + tl.arange(0, SLICE)
         live = pos < length
         x = _load_slice(base, pos, length)
-        sample = tl.load(base + (tl.arange(0, SAMPLE).to(tl.int64) * length) // SAMPLE)
-        sample_lo = tl.min(sample, axis=0)
-        sample_hi = tl.max(sample, axis=0)
-        span = sample_hi - sample_lo
-        # bins by value need a finite, positive span (no infinities in the sample, not one value)
-        value_rounds = tl.where((span > 0.0) & (span < float("inf")), VALUE_ROUNDS, 0)
-        bracket_lo, bracket_span = _bracket(sample, sample_lo, span, length, K, SAMPLE)
-        scale = (BINS - 2) / bracket_span  # with value rounds, at least a 64th of the span
-        lo = bracket_lo - 1.0 / scale  # bin 0 for the keys below the bracket, 63 for those above
+        value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span, lo, scale = _first_round(base, length, K, SAMPLE,
+                                                                                               3.0)
         exch = exch_ptr + row.to(tl.int64) * (2 * P * BINS)
         gather = gather_ptr + row.to(tl.int64) * (2 * PAIR_CAP)  # keys, then positions
         counter = counters + row
@@ -299,16 +507,7 @@ def _topk_kernel(
             hist = tl.histogram(bin, BINS, mask=live)
         b, above, share, above_before, share_before = _exchange(hist, exch, 0, counter, part, K, P)
         need = K - above
-        if value_rounds > 0:
-            if b == 0:  # below the bracket: down to the sample's low end
-                lo = sample_lo
-                scale = BINS / tl.maximum(bracket_lo - lo, 1e-30)
-            elif b == BINS - 1:  # above it: up to the sample's high end
-                lo = bracket_lo + bracket_span
-                scale = BINS / tl.maximum(sample_hi - lo, 1e-30)
-            else:
-                lo += b.to(tl.float32) / scale
-                scale *= BINS
+        lo, scale = _second_round(b, lo, scale, value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span)
         if on_list & (b > 0):  # the live and taken keys are all on the list
             _finish(lx, lpos, in_list & (lbin == b), in_list & (lbin > b), need, above_before, share_before, share,
                     value_rounds, lo, scale, part, first, exch, counter, gather, row, out_row, bt_ptr, stride_bt, offs_ptr,
@@ -323,20 +522,23 @@ def parts_per_row(rows: int, width: int, num_sms: int) -> int | None:
     """Programs per row, or None where this kernel does not serve (the three-launch top-k does).
     Under the interpreter 1: it runs programs one after another, so they could not meet."""
     if INTERPRET:
-        return 1 if width <= MAX_SLICE else None
+        return 1 if width <= MAX_SPAN else None
     return device_parts(rows, width, num_sms)
 
 
 def device_parts(rows: int, width: int, num_sms: int) -> int | None:
     """A row's programs wait for each other, so rows x parts must fit the SMs at once: the most
-    parts (a power of two) that do, while a part holds at least MIN_SLICE keys; None when a part
-    would hold more than MAX_SLICE. From the H100 sweep in docs/PERFORMANCE.md: more, smaller parts
-    win as long as they fit (batch 1 / 32K: 12.1 us at 64 parts, 24.4 at 4), and 16K-key parts
-    lose to the three launches (batch 64 / 32K: 60 against 27 us)."""
+    parts (a power of two) that do, while a part holds at least MIN_SLICE keys; None when a part's
+    span would exceed MAX_SPAN. From the H100 sweeps in docs/PERFORMANCE.md: more, smaller parts
+    win as long as they fit (batch 1 / 32K: 12.1 us at 64 parts, 24.4 at 4); spans of two to four
+    slices, streamed, beat the three launches behind the indexer (128 / 32K 34 against 45 us,
+    32 / 128K 41 against 52); spans of 16 slices were faster too on rows the list serves (128 /
+    128K: 81 against 106), but a row whose k-th key misses the bracket read its span five more
+    times (0.48 ms)."""
     parts = 1
     while rows * parts * 2 <= num_sms and width >= parts * 2 * MIN_SLICE and parts < MAX_PARTS:
         parts *= 2
-    return parts if rows * parts <= num_sms and triton.cdiv(width, parts) <= MAX_SLICE else None
+    return parts if rows * parts <= num_sms and triton.cdiv(width, parts) <= MAX_SPAN else None
 
 
 _counters: dict = {}
@@ -355,26 +557,32 @@ def _barrier_counters(device: torch.device, rows: int) -> torch.Tensor:
 
 def cooperative_topk(
     logits, lengths, row_starts, k: int, parts: int, out: torch.Tensor, transform: int, block_table, page_size: int,
-    next_n: int, offsets,
+    next_n: int, offsets, max_slice: int = MAX_SLICE,
 ) -> bool:
     """Arguments as kernels/topk.topk_transform, parts from parts_per_row; False (nothing written)
     when the driver refuses the grid as a cooperative launch, e.g. an MPS client given fewer SMs
-    than the device has: the caller then takes the three launches."""
+    than the device has: the caller then takes the three launches. A program holds up to
+    max_slice keys at once and streams a longer span (tests stream small rows with a small one)."""
     n, width = logits.shape
     if n * parts >= _refused.get(logits.device, n * parts + 1):
         return False
-    slice_ = max(triton.next_power_of_2(triton.cdiv(width, parts)), 256)
+    span = max(triton.next_power_of_2(triton.cdiv(width, parts)), 256)
+    slice_ = min(span, max_slice)
+    chunks = span // slice_
     exch = torch.empty(n, 2, parts, BINS.value, device=logits.device, dtype=torch.int32)
-    lists = torch.empty(n, parts, slice_ // 4, device=logits.device, dtype=torch.int32)
+    # a streamed program lists up to a slice of keys, a one-slice program a quarter of it
+    lists = torch.empty(n, parts, slice_ if chunks > 1 else slice_ // 4, device=logits.device, dtype=torch.int32)
+    flags = torch.empty(n, parts, device=logits.device, dtype=torch.int32)
     gather = torch.empty(n, 2 * PAIR_CAP, device=logits.device, dtype=torch.int32)
     bt = block_table if block_table is not None else lengths
     try:
         _topk_kernel[(n, parts)](
             logits, logits.stride(0), row_starts if row_starts is not None else lengths, lengths,
-            _barrier_counters(logits.device, n), exch, gather, lists, out, out.stride(0), bt,
+            _barrier_counters(logits.device, n), exch, gather, lists, flags, out, out.stride(0), bt,
             bt.stride(0) if block_table is not None else 0, offsets if offsets is not None else lengths, next_n,
-            K=k, P=parts, SLICE=slice_, SAMPLE=SAMPLE, PAIR_CAP=PAIR_CAP, HAS_STARTS=row_starts is not None,
-            PAGE=page_size, TRANSFORM=transform, num_warps=_warps(slice_), **_launch_options(logits.device),
+            K=k, P=parts, SLICE=slice_, CHUNKS=chunks, SAMPLE=SAMPLE, PAIR_CAP=PAIR_CAP,
+            HAS_STARTS=row_starts is not None, PAGE=page_size, TRANSFORM=transform, num_warps=_warps(slice_),
+            **_launch_options(logits.device),
         )
     except RuntimeError as exc:
         if "cooperative" not in str(exc):

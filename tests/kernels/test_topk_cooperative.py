@@ -1,5 +1,6 @@
 """The single-launch top-k equals the reference bit for bit. On the CPU its rows run as one program
-(the interpreter runs programs one after another, so a row's programs could not meet); the GPU
+(the interpreter runs programs one after another, so a row's programs could not meet), both held
+in registers at once and streamed a slice at a time (a small max_slice streams small rows); the GPU
 tests split rows across many programs that meet at barriers."""
 
 import pytest
@@ -9,18 +10,22 @@ from dsa_kernels import reference, topk
 from dsa_kernels import topk_cooperative as tc
 
 
-def _coop(logits, lengths, k, parts=1, **transform):
+STREAMED = 256  # max_slice that streams every row of these tests over several slices
+
+
+def _coop(logits, lengths, k, parts=1, max_slice=tc.MAX_SLICE, **transform):
     out = torch.full((logits.shape[0], k), -7, dtype=torch.int32, device=logits.device)
     assert tc.cooperative_topk(logits, lengths, transform.pop("row_starts", None), k, parts, out,
                                transform.pop("kind", topk.TRANSFORM_NONE), transform.pop("block_table", None),
-                               transform.pop("page_size", 1), 1, transform.pop("offsets", None))
+                               transform.pop("page_size", 1), 1, transform.pop("offsets", None), max_slice)
     return out
 
 
 def _check(logits, lengths, k, starts=None):
     lens = torch.tensor(lengths, dtype=torch.int32, device=logits.device)
     want = reference.topk_positions_ref(logits, lens, k, starts)
-    assert torch.equal(_coop(logits, lens, k, row_starts=starts), want)
+    for max_slice in (tc.MAX_SLICE, STREAMED):
+        assert torch.equal(_coop(logits, lens, k, row_starts=starts, max_slice=max_slice), want), max_slice
 
 
 @pytest.mark.parametrize("lengths", [[0, 1, 16, 17, 35, 700], [15, 57, 64, 699, 3, 700]])
@@ -89,22 +94,35 @@ def test_extreme_floats_rank_in_float_order():
     _check(logits, [400, 397], 16)
 
 
-def test_row_starts_and_both_transforms():
+@pytest.mark.parametrize("max_slice", [tc.MAX_SLICE, STREAMED])
+def test_row_starts_and_both_transforms(max_slice):
     logits = torch.randn(3, 600)
     lens = torch.tensor([400, 90, 17], dtype=torch.int32)
     starts = torch.tensor([0, 300, 583], dtype=torch.int32)
     pos = reference.topk_positions_ref(logits, lens, 16, starts)
     table = torch.randperm(3 * 600 // 8).view(3, -1).int()
-    got = _coop(logits, lens, 16, row_starts=starts, kind=topk.TRANSFORM_PAGED, block_table=table, page_size=8)
+    got = _coop(logits, lens, 16, row_starts=starts, kind=topk.TRANSFORM_PAGED, block_table=table, page_size=8,
+                max_slice=max_slice)
     assert torch.equal(got, reference.paged_transform_ref(pos, table, 8))
     offsets = torch.tensor([5, 1000, 77], dtype=torch.int32)
-    got = _coop(logits, lens, 16, row_starts=starts, kind=topk.TRANSFORM_RAGGED, offsets=offsets)
+    got = _coop(logits, lens, 16, row_starts=starts, kind=topk.TRANSFORM_RAGGED, offsets=offsets, max_slice=max_slice)
     assert torch.equal(got, torch.where(pos >= 0, pos + offsets[:, None], -1))
 
 
+@pytest.mark.parametrize("k", [40, 1000])
+def test_streamed_spans_list_or_go_on_over_their_slices(k):
+    # 4096-key rows read 256 keys at a time: at k 40 the keys at or above the bracket fit the list
+    # (a slice's worth), at k 1000 they overflow it and the rounds read the span again; the ragged
+    # lengths end mid-slice, and one row is no longer than k
+    logits = torch.randn(4, 4096)
+    logits[2] = torch.randint(0, 16, (4096,)).float()
+    lens = [4096, 3001, 4090, 900]
+    _check(logits, lens, k)
+
+
 def test_default_dispatch_takes_one_launch_under_the_interpreter():
-    assert tc.parts_per_row(8, tc.MAX_SLICE, 132) == 1
-    assert tc.parts_per_row(8, tc.MAX_SLICE + 1, 132) is None
+    assert tc.parts_per_row(8, tc.MAX_SPAN, 132) == 1
+    assert tc.parts_per_row(8, tc.MAX_SPAN + 1, 132) is None
     logits = torch.randn(2, 3000)
     lens = torch.tensor([3000, 40], dtype=torch.int32)
     assert torch.equal(topk.topk_transform(logits, lens, 64), reference.topk_positions_ref(logits, lens, 64))
@@ -112,8 +130,9 @@ def test_default_dispatch_takes_one_launch_under_the_interpreter():
 
 @pytest.mark.parametrize("rows, width, parts", [(1, 32768, 64), (4, 32768, 32), (8, 32768, 16), (32, 32768, 4),
                                                 (33, 32768, 4), (1, 131072, 128), (8, 131072, 16), (1, 4096, 8),
-                                                (34, 32768, None), (64, 32768, None), (32, 131072, None)])
-def test_device_parts_fill_the_sms_with_parts_of_512_to_8192_keys(rows, width, parts):
+                                                (34, 32768, 2), (64, 32768, 2), (32, 131072, 4), (128, 32768, 1),
+                                                (16, 131072, 8), (128, 65536, None), (133, 4096, None)])
+def test_device_parts_fill_the_sms_with_parts_of_512_keys_to_spans_of_four_slices(rows, width, parts):
     assert tc.device_parts(rows, width, 132) == parts
 
 
@@ -122,7 +141,8 @@ def test_device_parts_stop_at_128_where_a_meeting_counts_to_128():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows, width", [(1, 32768), (4, 20000), (32, 32768), (8, 131072)])
+@pytest.mark.parametrize("rows, width", [(1, 32768), (4, 20000), (32, 32768), (8, 131072), (64, 32768), (128, 32768),
+                                         (32, 131072)])
 def test_rows_split_across_programs_match_the_reference_on_cuda(rows, width):
     k, page = 2048, 64
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -137,7 +157,7 @@ def test_rows_split_across_programs_match_the_reference_on_cuda(rows, width):
     lens[-1] = min(width, k)
     table = torch.randperm(rows * -(-width // page), device="cuda", generator=g).view(rows, -1).int()
     parts = tc.parts_per_row(rows, width, torch.cuda.get_device_properties(0).multi_processor_count)
-    assert parts is not None and parts > 1
+    assert parts is not None
     want = reference.paged_transform_ref(reference.topk_positions_ref(logits, lens, k), table, page)
     for _ in range(5):  # the barrier counters carry over from launch to launch
         got = _coop(logits, lens, k, parts, kind=topk.TRANSFORM_PAGED, block_table=table, page_size=page)
