@@ -1,13 +1,17 @@
-"""Where the streaming prototype's time varies: 128 / 32K and 32 / 128K, several data seeds, alone (CUDA graph)
-and the program count; randn rows and the Gluon indexer's logits."""
+"""Whether a streamed top-k's time varies with the data: a copy of kernels/topk_cooperative.py against the
+three launches, alone in CUDA graphs, on four seeds of randn rows and of the Gluon indexer's logits.
+On the device, from the repository root: python3 THIS_FILE VARIANT [ROWSxWIDTH ...]
+(h100-3: .ab/stream.py, the prototype of streamed-spans-prototype.diff, default shapes;
+ h100-4: the same with MAX_SPAN 16 slices and a loop that is not unrolled, 128x131072 128x65536
+ 128x32768 32x131072 on two seeds)."""
 import sys, json, os, torch, triton.testing
-sys.argv += []
 sys.path.insert(0, "benchmarks")
 import topk_ab as ab
-stream = ab.load_variant("stream", ".ab/stream.py")
+stream = ab.load_variant("stream", sys.argv[1])
 from dsa_kernels import topk
 res = []
-for n, w in [(128, 32768), (32, 131072), (64, 32768)]:
+shapes = [tuple(map(int, a.split("x"))) for a in sys.argv[2:]] or [(128, 32768), (32, 131072), (64, 32768)]
+for n, w in shapes:
     for seed in range(4):
         torch.manual_seed(seed)
         case, lens, table = ab.indexer_case(n, w, ab.indexer_logits.indexer_gluon)
