@@ -208,6 +208,22 @@ def _round_bins(x, pos, rnd, value_rounds, lo, scale):
 
 
 @triton.jit
+def _read_list(lst, base, n_listed, length, first, lo, scale, SPAN: tl.constexpr, LIST: tl.constexpr):
+    """The program's list read back after its stores: the positions, their logits and first-round
+    bins, and the first round's histogram (the list's bins, the span's other keys in bin 0). The
+    logits are read again (L1 / L2): storing them beside the positions spilled registers."""
+    tl.debug_barrier()  # the program's stores before its loads
+    at = tl.arange(0, LIST)
+    in_list = at < n_listed
+    lpos = tl.load(lst + at, mask=in_list, other=0)
+    lx = tl.load(base + lpos, mask=in_list, other=0.0)
+    lbin = tl.where(in_list, _value_bins(lx, lo, scale), 0)
+    below = tl.minimum(tl.maximum(length - first, 0), SPAN) - n_listed
+    hist = tl.histogram(lbin, BINS, mask=in_list) + tl.where(tl.arange(0, BINS) == 0, below, 0)
+    return in_list, lpos, lx, lbin, hist
+
+
+@triton.jit
 def _exchange(hist, exch, rnd, counter, part, need, P: tl.constexpr):
     """Publish this program's histogram of the round, meet the row's programs and pick the bin
     (_pick_bin) from all P. Two buffers: a program can be at most one round ahead of another."""
@@ -317,6 +333,15 @@ def _state(x, pos, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2, kmask, 
 
 
 @triton.jit
+def _chunk_state(base, first, c, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2, kmask, kpre, pmask, ppre,
+                 SLICE: tl.constexpr):
+    """Slice c of a streamed span (_chunk) and its keys' state (_state)."""
+    x, pos = _chunk(base, first, c, length, SLICE)
+    live, taken = _state(x, pos, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2, kmask, kpre, pmask, ppre)
+    return x, pos, live, taken
+
+
+@triton.jit
 def _streamed_rounds(
     base, length, first, value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span, lo, scale, part, exch,
     counter, gather, row, out_row, bt_ptr, stride_bt, offs_ptr, NEXT_N,
@@ -337,9 +362,8 @@ def _streamed_rounds(
     while going:
         hist = tl.zeros((BINS,), tl.int32)
         for c in range(CHUNKS):
-            x, pos = _chunk(base, first, c, length, SLICE)
-            live, taken = _state(x, pos, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2, kmask, kpre, pmask,
-                                 ppre)
+            x, pos, live, taken = _chunk_state(base, first, c, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2,
+                                               kmask, kpre, pmask, ppre, SLICE)
             hist += tl.histogram(_round_bins(x, pos, rnd, value_rounds, lo, scale), BINS, mask=live)
         # exchange 0 was the list's: the rounds here take 1, 2, ...
         b, above, share, above_earlier, share_before = _exchange(hist, exch, rnd + 1, counter, part, need, P)
@@ -373,9 +397,8 @@ def _streamed_rounds(
     if share > need:
         listed = tl.zeros((), tl.int32)
         for c in range(CHUNKS):
-            x, pos = _chunk(base, first, c, length, SLICE)
-            live, taken = _state(x, pos, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2, kmask, kpre, pmask,
-                                 ppre)
+            x, pos, live, taken = _chunk_state(base, first, c, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2,
+                                               kmask, kpre, pmask, ppre, SLICE)
             entry = share_before + listed + _before(live, SLICE)
             _scatter(gather + entry, _ordered_key(x).to(tl.int32, bitcast=True), live)
             _scatter(gather + PAIR_CAP + entry, pos, live)
@@ -384,8 +407,8 @@ def _streamed_rounds(
         thr_key, thr_pos, chosen_before = _last_taken(gather, share, need, first, PAIR_CAP)
     written = above_before + chosen_before
     for c in range(CHUNKS):
-        x, pos = _chunk(base, first, c, length, SLICE)
-        live, taken = _state(x, pos, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2, kmask, kpre, pmask, ppre)
+        x, pos, live, taken = _chunk_state(base, first, c, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2, kmask,
+                                           kpre, pmask, ppre, SLICE)
         key = _ordered_key(x)
         take = taken | (live & ((key > thr_key) | ((key == thr_key) & (pos <= thr_pos))))
         val = _transform(tl.where(take, pos, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
@@ -419,14 +442,8 @@ def _streamed(
             _scatter(lst + entry, pos, listed & (entry < SLICE))
             n_listed += tl.sum(listed.to(tl.int32), axis=0)
         tl.store(flags + part, (n_listed > SLICE).to(tl.int32))
-        tl.debug_barrier()  # the program's stores before its loads
-        at = tl.arange(0, SLICE)
-        in_list = at < n_listed
-        lpos = tl.load(lst + at, mask=in_list, other=0)
-        lx = tl.load(base + lpos, mask=in_list, other=0.0)
-        lbin = tl.where(in_list, _value_bins(lx, lo, scale), 0)
-        below = tl.minimum(tl.maximum(length - first, 0), SLICE * CHUNKS) - n_listed
-        hist = tl.histogram(lbin, BINS, mask=in_list) + tl.where(tl.arange(0, BINS) == 0, below, 0)
+        in_list, lpos, lx, lbin, hist = _read_list(lst, base, n_listed, length, first, lo, scale, SLICE * CHUNKS,
+                                                   SLICE)
         b, above, share, above_before, share_before = _exchange(hist, exch, 0, counter, part, K, P)
         overflow = tl.max(tl.load(flags + tl.arange(0, P)), axis=0)  # ordered by the meeting, as the histograms
         if (b > 0) & (overflow == 0):
@@ -490,15 +507,7 @@ def _topk_kernel(
         if on_list:
             lst = list_ptr + (row * P + part).to(tl.int64) * LIST
             _scatter(lst + _before(listed, SLICE), pos, listed)
-            tl.debug_barrier()  # the program's stores before its loads
-            in_list = at < n_listed
-            lpos = tl.load(lst + at, mask=in_list, other=0)
-            # the logits read again (L1 / L2): storing them beside the positions cost more, as a
-            # scattered store moves each of its operands to another layout through shared memory
-            lx = tl.load(base + lpos, mask=in_list, other=0.0)
-            lbin = tl.where(in_list, _value_bins(lx, lo, scale), 0)
-            below = tl.minimum(tl.maximum(length - first, 0), SLICE) - n_listed
-            hist = tl.histogram(lbin, BINS, mask=in_list) + tl.where(tl.arange(0, BINS) == 0, below, 0)
+            in_list, lpos, lx, lbin, hist = _read_list(lst, base, n_listed, length, first, lo, scale, SLICE, LIST)
         else:  # (the list's tensors go unused)
             in_list = at < 0
             lpos = at
