@@ -12,6 +12,7 @@ well as behind the current one. `flush` puts a 128 MiB copy before the indexer i
 (and takes its time off), as a layer's attention and MoE traffic comes between two indexers in a
 model: nothing the last replay left in L2 survives to the next. `everywhere` times the three
 launches at every shape too, beside a cooperative variant that serves more shapes than the default.
+`shapes=ROWSxKEYS,...` times those shapes instead of the default list.
 
 Each kernel runs the shapes it serves: the cooperative launch those parts_per_row gives parts
 for, the three launches every shape in the checks (with their own topk_config) and, in the
@@ -45,7 +46,7 @@ SMS = torch.cuda.get_device_properties(0).multi_processor_count
 RESULTS = dict(date=time.strftime("%Y-%m-%d"), gpu=torch.cuda.get_device_name(0), sms=SMS, argv=sys.argv[1:],
                checks=[], rows=[], notes=[])
 CHECK_SHAPES = [(1, 4096), (1, 32768), (2, 32768), (8, 20000), (32, 32768), (33, 32768), (64, 32768), (16, 131072),
-                (32, 65536), (1, 131072), (4, 131072)]
+                (32, 65536), (1, 131072), (4, 131072), (200, 32768), (264, 4096)]
 ROW_KINDS = ["randn", "bf16", "ints", "inf", "skew", "below", "above", "ascending"]
 TIME_SHAPES = [(32, 32768), (16, 32768), (8, 32768), (1, 32768), (1, 131072), (4, 131072), (8, 131072), (2, 65536),
                (32, 4096), (64, 32768), (128, 32768), (32, 131072), (128, 131072)]
@@ -219,10 +220,13 @@ def main():
     for arg in sys.argv[1:]:
         if arg.startswith("indexer="):
             indexers["base"] = load_variant("indexer_base", arg.split("=", 1)[1])
-        elif "=" in arg:
+        elif "=" in arg and not arg.startswith("shapes="):
             name, path = arg.split("=", 1)
             variants[name] = load_variant(name, path)
     quick = "quick" in sys.argv
+    for arg in sys.argv[1:]:
+        if arg.startswith("shapes="):
+            TIME_SHAPES[:] = [tuple(int(v) for v in shape.split("x")) for shape in arg[len("shapes="):].split(",")]
     if "nochecks" not in sys.argv:
         correctness(variants, 2 if quick else 4)
         graph_replays(32, 32768, 50)

@@ -1,12 +1,14 @@
-"""Exact top-k in one launch for small grids: a row's programs narrow down its k-th key together,
-meeting at barriers in global memory.
+"""Exact top-k in one launch: a row's programs narrow down its k-th key together, meeting at
+barriers in global memory.
 
 At small batch the three-launch top-k (kernels/topk.py) is latency-bound: three dependent launches
 and a select that resolves ~3K candidates in one program per row. Here each row is split across P
 programs (rows x P at most the SM count, launched cooperatively, so all of them are resident at
 once and may wait for each other), each holding its slice of the row in registers, up to 8192 keys.
-A program whose span of the row is longer (up to four slices: 64 or 128 rows of 32K keys, 32 of
-128K) reads it a slice at a time and holds only its list (step 2, _streamed):
+Once rows pass half the SMs a row is one program, which waits for no other: those launches are
+plain and take any number of rows of up to 32K keys. A program whose span of the row is longer
+than a slice (up to four slices; on 132 SMs, rows of 32K keys from 64 rows on, 32 of 128K) reads
+it a slice at a time and holds only its list (step 2, _streamed):
 
 1. every program of the row reads the same strided sample of it and brackets the k-th key by
    value: the sample's keys ranked 3 binomial standard deviations either side of where the k-th
@@ -40,7 +42,8 @@ lowest positions, rows no longer than k return every position then -1.
 Barriers: one int32 counter per row (per device and stream) that is zeroed once and never reset.
 Each program adds 128 / P and waits for the next multiple of 128, so the counters stay multiples of
 128 between launches whatever P a launch uses; they are compared by difference, so wrapping around
-is harmless. Under TRITON_INTERPRET=1 programs run one after another, so P is 1 there.
+is harmless. A row of one program meets only itself, at a block barrier. Under TRITON_INTERPRET=1
+programs run one after another, so P is 1 there.
 """
 
 from __future__ import annotations
@@ -67,13 +70,16 @@ def _meet(counter, P: tl.constexpr):
     program's global stores before the loads of the others after the meeting, plain loads
     included: they may then be served from L1 (the acquire invalidates it), so the histograms and
     gathered keys that all of a program's threads read reach L2 once an SM instead of once a
-    thread (H100: batch 2 / 64K 14.2 -> 10.6 us against loads that bypass L1)."""
+    thread (H100: batch 2 / 64K 14.2 -> 10.6 us against loads that bypass L1). A row of one
+    program meets only itself: the block barrier orders its threads' stores before their loads
+    (H100: 128 / 32K 33.8 -> 30.8 us behind the indexer, two meetings of ~2000 cycles saved)."""
     tl.debug_barrier()  # every thread's stores come before the release below
-    arrived = tl.atomic_add(counter, 128 // P, sem="acq_rel", scope="gpu")
-    target = (arrived & -128) + 128
-    while tl.atomic_add(counter, 0, sem="acquire", scope="gpu") - target < 0:
-        pass
-    tl.debug_barrier()
+    if P > 1:
+        arrived = tl.atomic_add(counter, 128 // P, sem="acq_rel", scope="gpu")
+        target = (arrived & -128) + 128
+        while tl.atomic_add(counter, 0, sem="acquire", scope="gpu") - target < 0:
+            pass
+        tl.debug_barrier()
 
 
 @triton.jit
@@ -537,17 +543,20 @@ def parts_per_row(rows: int, width: int, num_sms: int) -> int | None:
 
 def device_parts(rows: int, width: int, num_sms: int) -> int | None:
     """A row's programs wait for each other, so rows x parts must fit the SMs at once: the most
-    parts (a power of two) that do, while a part holds at least MIN_SLICE keys; None when a part's
-    span would exceed MAX_SPAN. From the H100 sweeps in docs/PERFORMANCE.md: more, smaller parts
-    win as long as they fit (batch 1 / 32K: 12.1 us at 64 parts, 24.4 at 4); spans of two to four
-    slices, streamed, beat the three launches behind the indexer (128 / 32K 34 against 45 us,
-    32 / 128K 41 against 52); spans of 16 slices were faster too on rows the list serves (128 /
-    128K: 81 against 106), but a row whose k-th key misses the bracket read its span five more
-    times (0.48 ms)."""
+    parts (a power of two) that do, while a part holds at least MIN_SLICE keys; one part when none
+    do, at any number of rows; None when a part's span would exceed MAX_SPAN. From the H100 sweeps
+    in docs/PERFORMANCE.md: more, smaller parts win as long as they fit (batch 1 / 32K: 12.1 us at
+    64 parts, 24.4 at 4); spans of two to four slices, streamed, beat the three launches behind
+    the indexer (128 / 32K 34 against 45 us, 32 / 128K 41 against 52), and so do rows of one
+    program past the SM count (256 / 32K 63 against 82 us, 256 / 4K 22 against 55, 1024 / 4K 78
+    against 149); spans of 16 slices were faster too on rows the list serves (128 / 128K: 81
+    against 106), but a row whose k-th key misses the bracket read its span five more times (0.48
+    ms)."""
     parts = 1
     while rows * parts * 2 <= num_sms and width >= parts * 2 * MIN_SLICE and parts < MAX_PARTS:
         parts *= 2
-    return parts if rows * parts <= num_sms and triton.cdiv(width, parts) <= MAX_SPAN else None
+    # a row of one program waits for no other, so those rows need not fit the SMs at once
+    return parts if (parts == 1 or rows * parts <= num_sms) and triton.cdiv(width, parts) <= MAX_SPAN else None
 
 
 _counters: dict = {}
@@ -556,7 +565,8 @@ _refused: dict = {}  # per device, the smallest grid the driver refused to launc
 
 def _barrier_counters(device: torch.device, rows: int) -> torch.Tensor:
     """The rows' barrier counters, zeroed once per device and stream (a launch on another stream
-    must not share them). On a GPU rows never exceed the SM count, so the first buffer is final."""
+    must not share them). Rows of several programs never exceed the SM count, so the first buffer
+    is final."""
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     buf = _counters.get((device, stream))
     if buf is None or buf.numel() < rows:
@@ -573,7 +583,7 @@ def cooperative_topk(
     than the device has: the caller then takes the three launches. A program holds up to
     max_slice keys at once and streams a longer span (tests stream small rows with a small one)."""
     n, width = logits.shape
-    if n * parts >= _refused.get(logits.device, n * parts + 1):
+    if parts > 1 and n * parts >= _refused.get(logits.device, n * parts + 1):
         return False
     span = max(triton.next_power_of_2(triton.cdiv(width, parts)), 256)
     slice_ = min(span, max_slice)
@@ -587,11 +597,11 @@ def cooperative_topk(
     try:
         _topk_kernel[(n, parts)](
             logits, logits.stride(0), row_starts if row_starts is not None else lengths, lengths,
-            _barrier_counters(logits.device, n), exch, gather, lists, flags, out, out.stride(0), bt,
+            _barrier_counters(logits.device, n) if parts > 1 else lengths, exch, gather, lists, flags, out, out.stride(0), bt,
             bt.stride(0) if block_table is not None else 0, offsets if offsets is not None else lengths, next_n,
             K=k, P=parts, SLICE=slice_, CHUNKS=chunks, SAMPLE=SAMPLE, PAIR_CAP=PAIR_CAP,
             HAS_STARTS=row_starts is not None, PAGE=page_size, TRANSFORM=transform, num_warps=_warps(slice_),
-            **_launch_options(logits.device),
+            **_launch_options(logits.device, parts),
         )
     except RuntimeError as exc:
         if "cooperative" not in str(exc):
@@ -607,10 +617,10 @@ def _warps(slice_: int) -> int:
     return 16 if slice_ >= 4096 else 8 if slice_ >= 1024 else 4
 
 
-def _launch_options(device: torch.device) -> dict:
-    """A cooperative launch: the driver then refuses a grid whose programs cannot all be resident
-    at once instead of letting its barriers wait forever. Not a programmatic dependent launch, as
+def _launch_options(device: torch.device, parts: int) -> dict:
+    """A cooperative launch where a row has several programs: the driver then refuses a grid whose
+    programs cannot all be resident at once instead of letting its barriers wait forever. Not a programmatic dependent launch, as
     the three launches are: behind the indexer, the top-k launched early took 0.1-0.9 us longer
     than launched after it, at every shape this kernel serves (H100, docs/PERFORMANCE.md, "The
     one launch after the indexer, not early"); only back to back with itself did it gain."""
-    return {} if device.type != "cuda" or INTERPRET else dict(launch_cooperative_grid=True)
+    return {} if device.type != "cuda" or INTERPRET or parts == 1 else dict(launch_cooperative_grid=True)

@@ -131,8 +131,10 @@ def test_default_dispatch_takes_one_launch_under_the_interpreter():
 @pytest.mark.parametrize("rows, width, parts", [(1, 32768, 64), (4, 32768, 32), (8, 32768, 16), (32, 32768, 4),
                                                 (33, 32768, 4), (1, 131072, 128), (8, 131072, 16), (1, 4096, 8),
                                                 (34, 32768, 2), (64, 32768, 2), (32, 131072, 4), (128, 32768, 1),
-                                                (16, 131072, 8), (128, 65536, None), (133, 4096, None)])
+                                                (16, 131072, 8), (128, 65536, None), (133, 4096, 1),
+                                                (1000, 32768, 1), (1000, 32769, None)])
 def test_device_parts_fill_the_sms_with_parts_of_512_keys_to_spans_of_four_slices(rows, width, parts):
+    """Rows of one program (up to four slices) are served at any batch: they wait for no other."""
     assert tc.device_parts(rows, width, 132) == parts
 
 
@@ -142,7 +144,7 @@ def test_device_parts_stop_at_128_where_a_meeting_counts_to_128():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows, width", [(1, 32768), (4, 20000), (32, 32768), (8, 131072), (64, 32768), (128, 32768),
-                                         (32, 131072)])
+                                         (32, 131072), (200, 32768), (300, 4096)])
 def test_rows_split_across_programs_match_the_reference_on_cuda(rows, width):
     k, page = 2048, 64
     g = torch.Generator(device="cuda").manual_seed(0)
