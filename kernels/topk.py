@@ -1,8 +1,8 @@
 """Exact top-k over indexer logits with the paged or ragged transform fused in, in Triton.
 
-topk_transform hands rows of up to 32K keys (and rows of up to 128K at small batch, where every
-row's programs fit the SMs at once) to the single launch of kernels/topk_cooperative.py; the rest
-take the three launches here.
+topk_transform hands rows of up to 32K keys at any batch, and longer rows at small batch (where
+every row's programs fit the SMs at once), to the single launch of kernels/topk_cooperative.py;
+the rest take the three launches here.
 
 Three launches, the two row-wide passes on many small programs because they are latency-bound,
 not bandwidth-bound (topk_config sizes the key blocks so that small batches still fill the GPU):
