@@ -220,13 +220,12 @@ def main():
     for arg in sys.argv[1:]:
         if arg.startswith("indexer="):
             indexers["base"] = load_variant("indexer_base", arg.split("=", 1)[1])
-        elif "=" in arg and not arg.startswith("shapes="):
+        elif arg.startswith("shapes="):
+            TIME_SHAPES[:] = [tuple(int(v) for v in shape.split("x")) for shape in arg[len("shapes="):].split(",")]
+        elif "=" in arg:
             name, path = arg.split("=", 1)
             variants[name] = load_variant(name, path)
     quick = "quick" in sys.argv
-    for arg in sys.argv[1:]:
-        if arg.startswith("shapes="):
-            TIME_SHAPES[:] = [tuple(int(v) for v in shape.split("x")) for shape in arg[len("shapes="):].split(",")]
     if "nochecks" not in sys.argv:
         correctness(variants, 2 if quick else 4)
         graph_replays(32, 32768, 50)
