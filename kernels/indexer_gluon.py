@@ -1,16 +1,21 @@
 """Paged indexer logits for decode, verify and draft-extend (next_n 1, 2, 4) on Hopper, in Gluon:
-the MMA of one key tile runs while the program scores the one before.
+the MMA of one key tile runs while the program scores the one before, or, on large grids, while
+other programs on the SM score theirs.
 
 Same contract and output as kernels/indexer_logits.py's paged kernel, bit for bit. One program
 walks one request's pages for all of its next_n tokens. Each 64-key tile (inside one page, so
 page_size % 64 == 0) arrives with its 64 scales by two TMA copies on one mbarrier, STAGES tiles
-ahead, and meets the tokens in MMA units of up to two tokens (N = 64 or 128: the accumulator in
-flight and the one being scored fit the registers; next_n 4 takes two units a tile). The program
-issues unit u's `wgmma`, waits only for unit u - 1's (`warpgroup_mma_wait(num_outstanding=1)`)
-and runs its relu / weight / head sum under the running MMA; a tile's stage is refilled as soon
-as its last MMA is done, before that unit is scored. The unit loop is unrolled: rolled, ptxas
-serialized the wgmma pipeline (C7514: an accumulator read while an MMA is in flight, across the
-loop's back edge), so the MMA did not in fact run under the scoring.
+ahead, and meets the tokens in MMA units of up to two tokens (N = 64 or 128; next_n 4 takes two
+units a tile). Two schedules (OVERLAP):
+- overlapped: the program issues unit u's `wgmma`, waits only for unit u - 1's
+  (`warpgroup_mma_wait(num_outstanding=1)`) and runs its relu / weight / head sum under the
+  running MMA, so two accumulators live at once. The unit loop is unrolled: rolled, ptxas
+  serialized the wgmma pipeline (C7514: an accumulator read while an MMA is in flight, across the
+  loop's back edge), so the MMA did not in fact run under the scoring.
+- one MMA at a time: the program waits for each unit's MMA before scoring it. One accumulator
+  halves the registers, so twice the programs fit an SM and theirs fill each other's waits; with
+  nothing in flight across iterations the tile loop stays rolled.
+A tile's stage is refilled as soon as its last MMA is done, before that unit is scored.
 """
 
 from __future__ import annotations
@@ -62,13 +67,11 @@ def _score_unit(acc, w, sc, lens, first, out_rows, stride_out, limit, BLOCK: gl.
 
 
 @gluon.jit
-def _score(acc, w0, w1, sc, lens0, lens1, unit: gl.constexpr, start, out_rows, stride_out, limit,
-           BLOCK: gl.constexpr, GROUP: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr, STORE: gl.constexpr,
-           EVICT: gl.constexpr):
-    """Score MMA unit `unit` (tile unit // GROUPS, token group unit % GROUPS); sc: the tile's key scales."""
-    first = start + (unit // GROUPS) * BLOCK
-    rows = out_rows + (unit % GROUPS) * GROUP * stride_out
-    if unit % GROUPS == 0:
+def _score(acc, w0, w1, sc, lens0, lens1, group: gl.constexpr, first, out_rows, stride_out, limit,
+           BLOCK: gl.constexpr, GROUP: gl.constexpr, H: gl.constexpr, STORE: gl.constexpr, EVICT: gl.constexpr):
+    """Score token group `group` of the tile whose keys start at `first`; sc: the tile's key scales."""
+    rows = out_rows + group * GROUP * stride_out
+    if group == 0:
         _score_unit(acc, w0, sc, lens0, first, rows, stride_out, limit, BLOCK, GROUP, H, STORE, EVICT)
     else:
         _score_unit(acc, w1, sc, lens1, first, rows, stride_out, limit, BLOCK, GROUP, H, STORE, EVICT)
@@ -78,7 +81,7 @@ def _score(acc, w0, w1, sc, lens0, lens1, unit: gl.constexpr, start, out_rows, s
 def _paged_logits_kernel(
     q_ptr, w_ptr, keys, scales, bt_ptr, stride_bt, bt_width, lens_ptr, out_ptr, stride_out, max_len,
     H: gl.constexpr, PAGE: gl.constexpr, BLOCK: gl.constexpr, KEYS_PER_PROG: gl.constexpr, STAGES: gl.constexpr,
-    NEXT_N: gl.constexpr, CLEAN: gl.constexpr, EVICT: gl.constexpr, num_warps: gl.constexpr,
+    NEXT_N: gl.constexpr, CLEAN: gl.constexpr, EVICT: gl.constexpr, OVERLAP: gl.constexpr, num_warps: gl.constexpr,
 ):
     # each key tile meets the request's NEXT_N tokens in GROUPS MMA units of GROUP tokens
     GROUP: gl.constexpr = 1 if NEXT_N == 1 else 2
@@ -136,32 +139,50 @@ def _paged_logits_kernel(
         fence_async_shared()
         barrier()  # q is in place for every warp before the first MMA
         zero = gl.zeros([BLOCK, N], gl.float32, MMA)
-        mbarrier.wait(bars.index(0), 0)
-        acc = warpgroup_mma(k_smem.index(0).reshape([BLOCK, D]), q_smem.slice(0, N).permute((1, 0)), zero,
-                            use_acc=False, is_async=True)
-        for u in gl.static_range(1, UNITS):  # unrolled: see the module docstring
-            t = u // GROUPS
-            stage = t % STAGES
-            if u % GROUPS == 0:
+        if OVERLAP:  # unit u + 1's MMA runs while unit u is scored; unrolled: see the module docstring
+            mbarrier.wait(bars.index(0), 0)
+            acc = warpgroup_mma(k_smem.index(0).reshape([BLOCK, D]), q_smem.slice(0, N).permute((1, 0)), zero,
+                                use_acc=False, is_async=True)
+            for u in gl.static_range(1, UNITS):
+                t = u // GROUPS
+                stage = t % STAGES
+                if u % GROUPS == 0:
+                    mbarrier.wait(bars.index(stage), (t // STAGES) & 1)
+                running = warpgroup_mma(k_smem.index(stage).reshape([BLOCK, D]),
+                                        q_smem.slice((u % GROUPS) * N, N).permute((1, 0)), zero, use_acc=False,
+                                        is_async=True)
+                done = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+                sc = sc_smem.index(((u - 1) // GROUPS) % STAGES).reshape([BLOCK]).load(SCALES)
+                if (u - 1) % GROUPS == GROUPS - 1:  # unit u - 1 was tile t - 1's last MMA: refill its stage
+                    barrier()  # every warp is past that MMA and has the tile's scales
+                    if t - 1 + STAGES < N_TILES:
+                        _issue_tile(keys, scales, bars, k_smem, sc_smem, page_next, f_next, (t - 1) % STAGES, PAGE)
+                        f_next += BLOCK
+                        page_next = gl.load(bt_row + f_next // PAGE, mask=f_next < length, other=0)
+                _score(done, w0, w1, sc, lens0, lens1, (u - 1) % GROUPS, start + ((u - 1) // GROUPS) * BLOCK, out_rows,
+                       stride_out, limit, BLOCK, GROUP, H, STORE, EVICT)
+                acc = running
+            done = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            sc = sc_smem.index((N_TILES - 1) % STAGES).reshape([BLOCK]).load(SCALES)
+            _score(done, w0, w1, sc, lens0, lens1, GROUPS - 1, start + (N_TILES - 1) * BLOCK, out_rows, stride_out,
+                   limit, BLOCK, GROUP, H, STORE, EVICT)
+        else:  # one MMA at a time, other programs on the SM fill the wait; a rolled loop
+            for t in range(N_TILES):
+                stage = t % STAGES
                 mbarrier.wait(bars.index(stage), (t // STAGES) & 1)
-            running = warpgroup_mma(k_smem.index(stage).reshape([BLOCK, D]),
-                                    q_smem.slice((u % GROUPS) * N, N).permute((1, 0)), zero, use_acc=False,
-                                    is_async=True)
-            done = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-            sc = sc_smem.index(((u - 1) // GROUPS) % STAGES).reshape([BLOCK]).load(SCALES)
-            if (u - 1) % GROUPS == GROUPS - 1:  # unit u - 1 was tile t - 1's last MMA: refill its stage
-                barrier()  # every warp is past that MMA and has the tile's scales
-                if t - 1 + STAGES < N_TILES:
-                    _issue_tile(keys, scales, bars, k_smem, sc_smem, page_next, f_next, (t - 1) % STAGES, PAGE)
-                    f_next += BLOCK
-                    page_next = gl.load(bt_row + f_next // PAGE, mask=f_next < length, other=0)
-            _score(done, w0, w1, sc, lens0, lens1, u - 1, start, out_rows, stride_out, limit, BLOCK, GROUP, GROUPS, H,
-                   STORE, EVICT)
-            acc = running
-        done = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        sc = sc_smem.index((N_TILES - 1) % STAGES).reshape([BLOCK]).load(SCALES)
-        _score(done, w0, w1, sc, lens0, lens1, UNITS - 1, start, out_rows, stride_out, limit, BLOCK, GROUP, GROUPS, H,
-               STORE, EVICT)
+                sc = sc_smem.index(stage).reshape([BLOCK]).load(SCALES)
+                for g in gl.static_range(GROUPS):
+                    done = warpgroup_mma_wait(num_outstanding=0, deps=(warpgroup_mma(
+                        k_smem.index(stage).reshape([BLOCK, D]), q_smem.slice(g * N, N).permute((1, 0)), zero,
+                        use_acc=False, is_async=True),))
+                    if g == GROUPS - 1:  # the tile's last MMA is done: refill its stage
+                        barrier()  # every warp is past that MMA and has the tile's scales
+                        if t + STAGES < N_TILES:
+                            _issue_tile(keys, scales, bars, k_smem, sc_smem, page_next, f_next, stage, PAGE)
+                            f_next += BLOCK
+                            page_next = gl.load(bt_row + f_next // PAGE, mask=f_next < length, other=0)
+                    _score(done, w0, w1, sc, lens0, lens1, g, start + t * BLOCK, out_rows, stride_out, limit, BLOCK,
+                           GROUP, H, STORE, EVICT)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
     elif CLEAN:
@@ -179,25 +200,31 @@ def runs_on(device: torch.device) -> bool:
 
 
 def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) -> dict | None:
-    """Key chunk per program and pipeline depth, or None where the Triton kernel serves.
+    """Key chunk per program, pipeline depth and MMA schedule, or None where the Triton kernel serves.
 
-    From the H200 measurements in docs/PERFORMANCE.md (CUDA graphs), four stages throughout.
-    next_n 1: four programs fit an SM (110 registers, 4 warps); one wave of 1024-key programs when
-    it fits, else of 2048, else 1024 keys; grids under 256 programs (batch 1, short contexts) stay
-    on the Triton kernel, which is faster there. next_n 2 / 4: two programs an SM (218 / 255
-    registers); 2048 / 1024 keys, halved until every SM has a program (down to 512), else the
-    Triton kernel. next_n 3 has no unit split here and takes the Triton kernel."""
+    From the H100 / H200 measurements in docs/PERFORMANCE.md (CUDA graphs). next_n 1: four programs
+    fit an SM (110 registers, 4 warps); one wave of 1024-key programs when it fits, else of 2048,
+    else 1024 keys; grids under 256 programs (batch 1, short contexts) stay on the Triton kernel,
+    which is faster there. next_n 2 / 4: 2048 / 1024 keys, halved until every SM has a program
+    (down to 512), else the Triton kernel; two programs an SM that overlap each MMA with the
+    scoring of the one before (226 / 255 registers), except on grids of more than four programs an
+    SM, where programs that wait for each MMA (116 / 154 registers: four / three an SM; three / two
+    stages) hide more of the latency. next_n 3 has no unit split here and takes the Triton kernel."""
     def programs(kpp):
         return batch * triton.cdiv(max_context_len, kpp)
 
     if next_n == 1:
         kpp = next((k for k in (1024, 2048) if programs(k) <= 4 * num_sms), 1024)
-        return dict(KEYS_PER_PROG=kpp, STAGES=4) if programs(kpp) >= 256 else None
+        return dict(KEYS_PER_PROG=kpp, STAGES=4, OVERLAP=True) if programs(kpp) >= 256 else None
     if next_n not in (2, 4):
         return None
     kpp = next((k for k in (2048, 1024, 512) if k <= (2048 if next_n == 2 else 1024) and programs(k) >= num_sms),
                None)
-    return dict(KEYS_PER_PROG=kpp, STAGES=4) if kpp else None
+    if kpp is None:
+        return None
+    if programs(kpp) > 4 * num_sms:
+        return dict(KEYS_PER_PROG=kpp, STAGES=3 if next_n == 2 else 2, OVERLAP=False)
+    return dict(KEYS_PER_PROG=kpp, STAGES=4, OVERLAP=True)
 
 
 def _logits_eviction(out: torch.Tensor) -> str:

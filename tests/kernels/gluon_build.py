@@ -51,7 +51,7 @@ def sparse_mla(fp8: bool, partial: bool) -> dict:
                 setmaxnreg="setmaxnreg" in ptx, ptxas_warnings=warnings)
 
 
-def paged_indexer(next_n: int) -> dict:
+def paged_indexer(next_n: int, overlap: bool) -> dict:
     key_tiles = TensorDescriptor.from_tensor(torch.empty(4, 64, 128, dtype=torch.float8_e4m3fn), [1, 64, 128],
                                              gl.NVMMASharedLayout.get_default_for([1, 64, 128], gl.float8e4nv))
     scale_tiles = TensorDescriptor.from_tensor(torch.empty(4, 64), [1, 64],
@@ -61,9 +61,10 @@ def paged_indexer(next_n: int) -> dict:
     aligned = {"q_ptr", "w_ptr", "bt_ptr", "stride_bt", "lens_ptr", "out_ptr", "stride_out"}
     k, warnings = build(indexer_gluon._paged_logits_kernel, types,
                         dict(H=64, PAGE=64, BLOCK=64, KEYS_PER_PROG=1024, STAGES=4, NEXT_N=next_n, CLEAN=True,
-                             EVICT="evict_last"), aligned, 4)
+                             EVICT="evict_last", OVERLAP=overlap), aligned, 4)
     ptx = k.asm["ptx"]
-    return dict(kernel="paged_indexer", next_n=next_n, shared=k.metadata.shared, tma="cp.async.bulk.tensor" in ptx,
+    return dict(kernel="paged_indexer", next_n=next_n, overlap=overlap, shared=k.metadata.shared,
+                tma="cp.async.bulk.tensor" in ptx,
                 logits_evict_last="st.global.L1::evict_last.L2::cache_hint" in ptx, ptxas_warnings=warnings)
 
 
@@ -72,4 +73,5 @@ if __name__ == "__main__":
         for partial in (False, True):
             print(json.dumps(sparse_mla(fp8, partial)), flush=True)
     for next_n in (1, 2, 4):
-        print(json.dumps(paged_indexer(next_n)), flush=True)
+        print(json.dumps(paged_indexer(next_n, overlap=True)), flush=True)
+    print(json.dumps(paged_indexer(2, overlap=False)), flush=True)
