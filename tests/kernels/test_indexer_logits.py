@@ -173,8 +173,8 @@ def _deepseek_paged_case(next_n, seq=(4999, 1, 3001, 64, 2100)):
 @pytest.mark.gpu
 @pytest.mark.parametrize("next_n", [1, 2, 4])
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "unclean"])
-@pytest.mark.parametrize("chunk, stages", [(1024, 4), (2048, 3), (128, 4)],
-                         ids=["1024", "2048", "fewer-tiles-than-stages"])
+@pytest.mark.parametrize("chunk, stages", [(1024, 4), (2048, 3), (1024, 2), (128, 4)],
+                         ids=["1024", "2048", "two-stages", "fewer-tiles-than-stages"])
 @pytest.mark.parametrize("overlap", [True, False], ids=["overlapped", "one-mma-at-a-time"])
 def test_gluon_paged_kernel_equals_the_triton_kernel_on_cuda(overlap, chunk, stages, clean, next_n):
     max_len = 5000
@@ -190,9 +190,11 @@ def test_gluon_paged_kernel_equals_the_triton_kernel_on_cuda(overlap, chunk, sta
 @pytest.mark.gpu
 @pytest.mark.parametrize("next_n", [1, 2, 4])
 def test_paged_logits_take_the_gluon_kernel_on_hopper_and_match_triton(next_n):
-    batch, ctx = 64, 16384
+    batch, ctx = 80, 16384  # next_n 2 / 4: more than four programs an SM, the one-MMA schedule
     hopper = torch.cuda.get_device_capability() == (9, 0)
-    assert (indexer_logits.gluon_paged_config(torch.device("cuda"), batch, ctx, next_n, 64) is not None) == hopper
+    gluon_cfg = indexer_logits.gluon_paged_config(torch.device("cuda"), batch, ctx, next_n, 64)
+    assert (gluon_cfg is not None) == hopper
+    assert not hopper or gluon_cfg["OVERLAP"] == (next_n == 1)  # 640 / 1280 programs: > 4 an SM on any Hopper
     q, w, pool, table, lens = _deepseek_paged_case(next_n, seq=[ctx - 3 * i for i in range(batch)])
     got = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, next_n)
     cfg = dict(indexer_logits.paged_config(batch, ctx, next_n, page_size=64))
