@@ -46,6 +46,15 @@ def _issue_tile(keys, scales, bars, k_smem, sc_smem, page, first, stage, PAGE: g
 
 
 @gluon.jit
+def _refill(keys, scales, bars, k_smem, sc_smem, page_next, f_next, stage, bt_row, length, PAGE: gl.constexpr,
+            BLOCK: gl.constexpr):
+    """Issue the next tile (page_next, f_next) into `stage` and look up the page of the one after."""
+    _issue_tile(keys, scales, bars, k_smem, sc_smem, page_next, f_next, stage, PAGE)
+    f_next += BLOCK
+    return f_next, gl.load(bt_row + f_next // PAGE, mask=f_next < length, other=0)
+
+
+@gluon.jit
 def _page(first_pages, ahead, i: gl.constexpr, first, length):
     """Tile i's page from the program's first pages; page 0 for a tile past the request's keys."""
     return gl.where(first < length, gl.sum(gl.where(ahead == i, first_pages, 0), axis=0), 0)
@@ -156,9 +165,8 @@ def _paged_logits_kernel(
                 if (u - 1) % GROUPS == GROUPS - 1:  # unit u - 1 was tile t - 1's last MMA: refill its stage
                     barrier()  # every warp is past that MMA and has the tile's scales
                     if t - 1 + STAGES < N_TILES:
-                        _issue_tile(keys, scales, bars, k_smem, sc_smem, page_next, f_next, (t - 1) % STAGES, PAGE)
-                        f_next += BLOCK
-                        page_next = gl.load(bt_row + f_next // PAGE, mask=f_next < length, other=0)
+                        f_next, page_next = _refill(keys, scales, bars, k_smem, sc_smem, page_next, f_next,
+                                                    (t - 1) % STAGES, bt_row, length, PAGE, BLOCK)
                 _score(done, w0, w1, sc, lens0, lens1, (u - 1) % GROUPS, start + ((u - 1) // GROUPS) * BLOCK, out_rows,
                        stride_out, limit, BLOCK, GROUP, H, STORE, EVICT)
                 acc = running
@@ -172,15 +180,13 @@ def _paged_logits_kernel(
                 mbarrier.wait(bars.index(stage), (t // STAGES) & 1)
                 sc = sc_smem.index(stage).reshape([BLOCK]).load(SCALES)
                 for g in gl.static_range(GROUPS):
-                    done = warpgroup_mma_wait(num_outstanding=0, deps=(warpgroup_mma(
-                        k_smem.index(stage).reshape([BLOCK, D]), q_smem.slice(g * N, N).permute((1, 0)), zero,
-                        use_acc=False, is_async=True),))
+                    done = warpgroup_mma(k_smem.index(stage).reshape([BLOCK, D]),
+                                         q_smem.slice(g * N, N).permute((1, 0)), zero, use_acc=False)
                     if g == GROUPS - 1:  # the tile's last MMA is done: refill its stage
                         barrier()  # every warp is past that MMA and has the tile's scales
                         if t + STAGES < N_TILES:
-                            _issue_tile(keys, scales, bars, k_smem, sc_smem, page_next, f_next, stage, PAGE)
-                            f_next += BLOCK
-                            page_next = gl.load(bt_row + f_next // PAGE, mask=f_next < length, other=0)
+                            f_next, page_next = _refill(keys, scales, bars, k_smem, sc_smem, page_next, f_next, stage,
+                                                        bt_row, length, PAGE, BLOCK)
                     _score(done, w0, w1, sc, lens0, lens1, g, start + t * BLOCK, out_rows, stride_out, limit, BLOCK,
                            GROUP, H, STORE, EVICT)
         for i in gl.static_range(STAGES):

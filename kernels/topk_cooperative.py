@@ -597,7 +597,8 @@ def cooperative_topk(
     try:
         _topk_kernel[(n, parts)](
             logits, logits.stride(0), row_starts if row_starts is not None else lengths, lengths,
-            _barrier_counters(logits.device, n) if parts > 1 else lengths, exch, gather, lists, flags, out, out.stride(0), bt,
+            _barrier_counters(logits.device, n) if parts > 1 else lengths,  # one-program rows meet no other
+            exch, gather, lists, flags, out, out.stride(0), bt,
             bt.stride(0) if block_table is not None else 0, offsets if offsets is not None else lengths, next_n,
             K=k, P=parts, SLICE=slice_, CHUNKS=chunks, SAMPLE=SAMPLE, PAIR_CAP=PAIR_CAP,
             HAS_STARTS=row_starts is not None, PAGE=page_size, TRANSFORM=transform, num_warps=_warps(slice_),
@@ -619,8 +620,9 @@ def _warps(slice_: int) -> int:
 
 def _launch_options(device: torch.device, parts: int) -> dict:
     """A cooperative launch where a row has several programs: the driver then refuses a grid whose
-    programs cannot all be resident at once instead of letting its barriers wait forever. Not a programmatic dependent launch, as
-    the three launches are: behind the indexer, the top-k launched early took 0.1-0.9 us longer
-    than launched after it, at every shape this kernel serves (H100, docs/PERFORMANCE.md, "The
-    one launch after the indexer, not early"); only back to back with itself did it gain."""
+    programs cannot all be resident at once instead of letting its barriers wait forever. Not a
+    programmatic dependent launch, as the three launches are: behind the indexer, the top-k launched
+    early took 0.1-0.9 us longer than launched after it, at every shape this kernel serves (H100,
+    docs/PERFORMANCE.md, "The one launch after the indexer, not early"); only back to back with
+    itself did it gain."""
     return {} if device.type != "cuda" or INTERPRET or parts == 1 else dict(launch_cooperative_grid=True)
