@@ -14,7 +14,9 @@ units a tile). Two schedules (OVERLAP):
   loop's back edge), so the MMA did not in fact run under the scoring.
 - one MMA at a time: the program waits for each unit's MMA before scoring it. One accumulator
   halves the registers, so twice the programs fit an SM and theirs fill each other's waits; with
-  nothing in flight across iterations the tile loop stays rolled.
+  nothing in flight across iterations the tile loop stays rolled. UNROLLED takes STAGES tiles an
+  iteration, so that each tile's stage and barrier phase are constants (at next_n 2, 243 instead
+  of 265 instructions a tile).
 A tile's stage is refilled as soon as its last MMA is done, before that unit is scored.
 """
 
@@ -91,6 +93,7 @@ def _paged_logits_kernel(
     q_ptr, w_ptr, keys, scales, bt_ptr, stride_bt, bt_width, lens_ptr, out_ptr, stride_out, max_len,
     H: gl.constexpr, PAGE: gl.constexpr, BLOCK: gl.constexpr, KEYS_PER_PROG: gl.constexpr, STAGES: gl.constexpr,
     NEXT_N: gl.constexpr, CLEAN: gl.constexpr, EVICT: gl.constexpr, OVERLAP: gl.constexpr, num_warps: gl.constexpr,
+    UNROLLED: gl.constexpr = False,
 ):
     # each key tile meets the request's NEXT_N tokens in GROUPS MMA units of GROUP tokens
     GROUP: gl.constexpr = 1 if NEXT_N == 1 else 2
@@ -174,21 +177,25 @@ def _paged_logits_kernel(
             sc = sc_smem.index((N_TILES - 1) % STAGES).reshape([BLOCK]).load(SCALES)
             _score(done, w0, w1, sc, lens0, lens1, GROUPS - 1, start + (N_TILES - 1) * BLOCK, out_rows, stride_out,
                    limit, BLOCK, GROUP, H, STORE, EVICT)
-        else:  # one MMA at a time, other programs on the SM fill the wait; a rolled loop
-            for t in range(N_TILES):
-                stage = t % STAGES
-                mbarrier.wait(bars.index(stage), (t // STAGES) & 1)
-                sc = sc_smem.index(stage).reshape([BLOCK]).load(SCALES)
-                for g in gl.static_range(GROUPS):
-                    done = warpgroup_mma(k_smem.index(stage).reshape([BLOCK, D]),
-                                         q_smem.slice(g * N, N).permute((1, 0)), zero, use_acc=False)
-                    if g == GROUPS - 1:  # the tile's last MMA is done: refill its stage
-                        barrier()  # every warp is past that MMA and has the tile's scales
-                        if t + STAGES < N_TILES:
-                            f_next, page_next = _refill(keys, scales, bars, k_smem, sc_smem, page_next, f_next, stage,
-                                                        bt_row, length, PAGE, BLOCK)
-                    _score(done, w0, w1, sc, lens0, lens1, g, start + t * BLOCK, out_rows, stride_out, limit, BLOCK,
-                           GROUP, H, STORE, EVICT)
+        else:  # one MMA at a time, other programs on the SM fill the wait; one tile an iteration, or STAGES
+            STEP: gl.constexpr = STAGES if UNROLLED else 1
+            gl.static_assert(N_TILES % STEP == 0)
+            for i in range(N_TILES // STEP):
+                for s in gl.static_range(STEP):
+                    t = i * STEP + s
+                    stage = s if UNROLLED else t % STAGES
+                    mbarrier.wait(bars.index(stage), (i if UNROLLED else t // STAGES) & 1)
+                    sc = sc_smem.index(stage).reshape([BLOCK]).load(SCALES)
+                    for g in gl.static_range(GROUPS):
+                        done = warpgroup_mma(k_smem.index(stage).reshape([BLOCK, D]),
+                                             q_smem.slice(g * N, N).permute((1, 0)), zero, use_acc=False)
+                        if g == GROUPS - 1:  # the tile's last MMA is done: refill its stage
+                            barrier()  # every warp is past that MMA and has the tile's scales
+                            if t + STAGES < N_TILES:
+                                f_next, page_next = _refill(keys, scales, bars, k_smem, sc_smem, page_next, f_next,
+                                                            stage, bt_row, length, PAGE, BLOCK)
+                        _score(done, w0, w1, sc, lens0, lens1, g, start + t * BLOCK, out_rows, stride_out, limit,
+                               BLOCK, GROUP, H, STORE, EVICT)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
     elif CLEAN:
@@ -214,14 +221,16 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
     which is faster there. next_n 2 / 4: 2048 / 1024 keys, halved until every SM has a program
     (down to 512), else the Triton kernel; two programs an SM that overlap each MMA with the
     scoring of the one before (226 / 255 registers), except on grids of more than four programs an
-    SM, where programs that wait for each MMA (116 / 154 registers: four / three an SM; three / two
-    stages) hide more of the latency. next_n 3 has no unit split here and takes the Triton kernel."""
+    SM, where programs that wait for each MMA (116 / 154 registers: four / three an SM; two stages)
+    hide more of the latency; at next_n 2 their loop takes both stages an iteration (118
+    registers), at next_n 4 that would take 182. next_n 3 has no unit split here and takes the
+    Triton kernel."""
     def programs(kpp):
         return batch * triton.cdiv(max_context_len, kpp)
 
     if next_n == 1:
         kpp = next((k for k in (1024, 2048) if programs(k) <= 4 * num_sms), 1024)
-        return dict(KEYS_PER_PROG=kpp, STAGES=4, OVERLAP=True) if programs(kpp) >= 256 else None
+        return dict(KEYS_PER_PROG=kpp, STAGES=4, OVERLAP=True, UNROLLED=False) if programs(kpp) >= 256 else None
     if next_n not in (2, 4):
         return None
     kpp = next((k for k in (2048, 1024, 512) if k <= (2048 if next_n == 2 else 1024) and programs(k) >= num_sms),
@@ -229,8 +238,8 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
     if kpp is None:
         return None
     if programs(kpp) > 4 * num_sms:
-        return dict(KEYS_PER_PROG=kpp, STAGES=3 if next_n == 2 else 2, OVERLAP=False)
-    return dict(KEYS_PER_PROG=kpp, STAGES=4, OVERLAP=True)
+        return dict(KEYS_PER_PROG=kpp, STAGES=2, OVERLAP=False, UNROLLED=next_n == 2)
+    return dict(KEYS_PER_PROG=kpp, STAGES=4, OVERLAP=True, UNROLLED=False)
 
 
 def _logits_eviction(out: torch.Tensor) -> str:

@@ -118,18 +118,19 @@ def test_paged_logits_reject_lengths_that_are_not_one_per_token():
 
 def test_gluon_paged_kernel_takes_large_grids_only():
     assert not indexer_gluon.runs_on(torch.device("cpu"))
-    assert indexer_gluon.gluon_config(128, 32768, 1, 132) == dict(KEYS_PER_PROG=1024, STAGES=4, OVERLAP=True)
+    assert indexer_gluon.gluon_config(128, 32768, 1, 132) == dict(KEYS_PER_PROG=1024, STAGES=4, OVERLAP=True, UNROLLED=False)
     assert indexer_gluon.gluon_config(32, 32768, 1, 132)["KEYS_PER_PROG"] == 2048  # one wave of 2048-key programs
     assert indexer_gluon.gluon_config(128, 131072, 1, 132)["KEYS_PER_PROG"] == 1024  # no wave fits either
     assert indexer_gluon.gluon_config(1, 32768, 1, 132) is None  # a few programs: the Triton kernel is faster
     assert indexer_gluon.gluon_config(32, 4096, 1, 132) is None
     # next_n 2 / 4: the longest chunk that still gives every SM a program; each program waits for
     # its MMA once the grid has more than four programs an SM
-    assert indexer_gluon.gluon_config(128, 32768, 2, 132) == dict(KEYS_PER_PROG=2048, STAGES=3, OVERLAP=False)
-    assert indexer_gluon.gluon_config(32, 32768, 2, 132) == dict(KEYS_PER_PROG=2048, STAGES=4, OVERLAP=True)
-    assert indexer_gluon.gluon_config(128, 32768, 4, 132) == dict(KEYS_PER_PROG=1024, STAGES=2, OVERLAP=False)
-    assert indexer_gluon.gluon_config(128, 4096, 4, 132) == dict(KEYS_PER_PROG=1024, STAGES=4, OVERLAP=True)
-    assert indexer_gluon.gluon_config(32, 4096, 2, 132) == dict(KEYS_PER_PROG=512, STAGES=4, OVERLAP=True)
+    assert indexer_gluon.gluon_config(128, 32768, 2, 132) == dict(KEYS_PER_PROG=2048, STAGES=2, OVERLAP=False,
+                                                                  UNROLLED=True)
+    assert indexer_gluon.gluon_config(32, 32768, 2, 132) == dict(KEYS_PER_PROG=2048, STAGES=4, OVERLAP=True, UNROLLED=False)
+    assert indexer_gluon.gluon_config(128, 32768, 4, 132) == dict(KEYS_PER_PROG=1024, STAGES=2, OVERLAP=False, UNROLLED=False)
+    assert indexer_gluon.gluon_config(128, 4096, 4, 132) == dict(KEYS_PER_PROG=1024, STAGES=4, OVERLAP=True, UNROLLED=False)
+    assert indexer_gluon.gluon_config(32, 4096, 2, 132) == dict(KEYS_PER_PROG=512, STAGES=4, OVERLAP=True, UNROLLED=False)
     assert indexer_gluon.gluon_config(1, 32768, 2, 132) is None
     assert indexer_gluon.gluon_config(128, 32768, 3, 132) is None  # no unit split for three tokens
 
@@ -173,14 +174,19 @@ def _deepseek_paged_case(next_n, seq=(4999, 1, 3001, 64, 2100)):
 @pytest.mark.gpu
 @pytest.mark.parametrize("next_n", [1, 2, 4])
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "unclean"])
-@pytest.mark.parametrize("chunk, stages", [(1024, 4), (2048, 3), (1024, 2), (128, 4)],
-                         ids=["1024", "2048", "two-stages", "fewer-tiles-than-stages"])
-@pytest.mark.parametrize("overlap", [True, False], ids=["overlapped", "one-mma-at-a-time"])
-def test_gluon_paged_kernel_equals_the_triton_kernel_on_cuda(overlap, chunk, stages, clean, next_n):
+@pytest.mark.parametrize("chunk, stages, overlap, unrolled", [
+    *[(chunk, stages, overlap, False) for overlap in (True, False)
+      for chunk, stages in [(1024, 4), (2048, 3), (1024, 2), (128, 4)]],
+    (2048, 2, False, True), (1024, 4, False, True), (128, 2, False, True),
+], ids=[*[f"{schedule}-{shape}" for schedule in ("overlapped", "one-mma-at-a-time")
+          for shape in ("1024", "2048", "two-stages", "fewer-tiles-than-stages")],
+        "unrolled-2048", "unrolled-four-stages", "unrolled-one-iteration"])
+def test_gluon_paged_kernel_equals_the_triton_kernel_on_cuda(chunk, stages, overlap, unrolled, clean, next_n):
     max_len = 5000
     q, w, pool, table, lens = _deepseek_paged_case(next_n)
     got = indexer_gluon.paged_indexer_logits(q, w, *indexer_logits.pool_parts(pool, 64), table, lens, max_len, next_n,
-                                             clean, dict(KEYS_PER_PROG=chunk, STAGES=stages, OVERLAP=overlap))
+                                             clean, dict(KEYS_PER_PROG=chunk, STAGES=stages, OVERLAP=overlap,
+                                                         UNROLLED=unrolled))
     cfg = dict(indexer_logits.paged_config(len(lens) // next_n, max_len, next_n, page_size=64), TMA=False)
     want = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, max_len, next_n, clean, config=cfg)
     visible = torch.arange(max_len, device="cuda")[None, :] < (max_len if clean else lens[:, None])
@@ -195,6 +201,7 @@ def test_paged_logits_take_the_gluon_kernel_on_hopper_and_match_triton(next_n):
     gluon_cfg = indexer_logits.gluon_paged_config(torch.device("cuda"), batch, ctx, next_n, 64)
     assert (gluon_cfg is not None) == hopper
     assert not hopper or gluon_cfg["OVERLAP"] == (next_n == 1)  # 640 / 1280 programs: > 4 an SM on any Hopper
+    assert not hopper or gluon_cfg["UNROLLED"] == (next_n == 2)
     q, w, pool, table, lens = _deepseek_paged_case(next_n, seq=[ctx - 3 * i for i in range(batch)])
     got = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, next_n)
     cfg = dict(indexer_logits.paged_config(batch, ctx, next_n, page_size=64))
