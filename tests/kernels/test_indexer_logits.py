@@ -117,20 +117,22 @@ def test_paged_logits_reject_lengths_that_are_not_one_per_token():
 
 
 def test_gluon_paged_kernel_takes_large_grids_only():
+    def cfg(keys_per_prog, stages, overlap, unrolled=False):
+        return dict(KEYS_PER_PROG=keys_per_prog, STAGES=stages, OVERLAP=overlap, UNROLLED=unrolled)
+
     assert not indexer_gluon.runs_on(torch.device("cpu"))
-    assert indexer_gluon.gluon_config(128, 32768, 1, 132) == dict(KEYS_PER_PROG=1024, STAGES=4, OVERLAP=True, UNROLLED=False)
+    assert indexer_gluon.gluon_config(128, 32768, 1, 132) == cfg(1024, 4, True)
     assert indexer_gluon.gluon_config(32, 32768, 1, 132)["KEYS_PER_PROG"] == 2048  # one wave of 2048-key programs
     assert indexer_gluon.gluon_config(128, 131072, 1, 132)["KEYS_PER_PROG"] == 1024  # no wave fits either
     assert indexer_gluon.gluon_config(1, 32768, 1, 132) is None  # a few programs: the Triton kernel is faster
     assert indexer_gluon.gluon_config(32, 4096, 1, 132) is None
     # next_n 2 / 4: the longest chunk that still gives every SM a program; each program waits for
-    # its MMA once the grid has more than four programs an SM
-    assert indexer_gluon.gluon_config(128, 32768, 2, 132) == dict(KEYS_PER_PROG=2048, STAGES=2, OVERLAP=False,
-                                                                  UNROLLED=True)
-    assert indexer_gluon.gluon_config(32, 32768, 2, 132) == dict(KEYS_PER_PROG=2048, STAGES=4, OVERLAP=True, UNROLLED=False)
-    assert indexer_gluon.gluon_config(128, 32768, 4, 132) == dict(KEYS_PER_PROG=1024, STAGES=2, OVERLAP=False, UNROLLED=False)
-    assert indexer_gluon.gluon_config(128, 4096, 4, 132) == dict(KEYS_PER_PROG=1024, STAGES=4, OVERLAP=True, UNROLLED=False)
-    assert indexer_gluon.gluon_config(32, 4096, 2, 132) == dict(KEYS_PER_PROG=512, STAGES=4, OVERLAP=True, UNROLLED=False)
+    # its MMA once the grid has more than four programs an SM (at next_n 2 two tiles an iteration)
+    assert indexer_gluon.gluon_config(128, 32768, 2, 132) == cfg(2048, 2, False, unrolled=True)
+    assert indexer_gluon.gluon_config(32, 32768, 2, 132) == cfg(2048, 4, True)
+    assert indexer_gluon.gluon_config(128, 32768, 4, 132) == cfg(1024, 2, False)
+    assert indexer_gluon.gluon_config(128, 4096, 4, 132) == cfg(1024, 4, True)
+    assert indexer_gluon.gluon_config(32, 4096, 2, 132) == cfg(512, 4, True)
     assert indexer_gluon.gluon_config(1, 32768, 2, 132) is None
     assert indexer_gluon.gluon_config(128, 32768, 3, 132) is None  # no unit split for three tokens
 
