@@ -92,8 +92,8 @@ def _score(acc, w0, w1, sc, lens0, lens1, group: gl.constexpr, first, out_rows, 
 def _paged_logits_kernel(
     q_ptr, w_ptr, keys, scales, bt_ptr, stride_bt, bt_width, lens_ptr, out_ptr, stride_out, max_len,
     H: gl.constexpr, PAGE: gl.constexpr, BLOCK: gl.constexpr, KEYS_PER_PROG: gl.constexpr, STAGES: gl.constexpr,
-    NEXT_N: gl.constexpr, CLEAN: gl.constexpr, EVICT: gl.constexpr, OVERLAP: gl.constexpr, num_warps: gl.constexpr,
-    UNROLLED: gl.constexpr = False,
+    NEXT_N: gl.constexpr, CLEAN: gl.constexpr, EVICT: gl.constexpr, OVERLAP: gl.constexpr, UNROLLED: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     # each key tile meets the request's NEXT_N tokens in GROUPS MMA units of GROUP tokens
     GROUP: gl.constexpr = 1 if NEXT_N == 1 else 2
