@@ -5,12 +5,12 @@ One kernel serves decode (paged pool, bf16 [S, 576] or FP8 [S, 656]) and prefill
 tile is one [keys, 512] latent block plus its 64 rope dims: QK is one 512-deep product plus the
 rope product, split between the two warpgroups by keys; PV is one [heads, keys] x [keys, 512]
 product into a [heads, 512] accumulator that they split by columns. An FP8 row is dequantized to
-bf16 with its four tile scales on load, as FlashMLA does (the earlier form kept four 128-wide
-tiles and scaled scores and probabilities instead: exact in float32, but it spilled and ran at
-0.30x FlashMLA at batch 128 against 0.58x for this one; docs/PERFORMANCE.md). When N * H /
-BLOCK_H programs cannot fill the GPU, the top-k range is split across programs and a second small
-kernel merges the partial results by their log-sum-exp (split-K, as FlashMLA does: one extra
-launch).
+bf16 with its four tile scales on load, as FlashMLA does, but in float32 (FlashMLA rounds the scale
+to bf16 first). The earlier form kept four 128-wide tiles and scaled scores and probabilities
+instead: exact in float32, but it spilled and ran at 0.30x FlashMLA at batch 128 against 0.58x for
+this one (docs/PERFORMANCE.md). When N * H / BLOCK_H programs cannot fill the GPU, the top-k
+range is split across programs and a second small kernel merges the partial results by their
+log-sum-exp (split-K, as FlashMLA does: one extra launch).
 """
 
 from __future__ import annotations

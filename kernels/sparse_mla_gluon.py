@@ -5,14 +5,17 @@ Same contract as kernels/sparse_mla.py, which launches it and shares its split-K
 takes 64 heads of one query row over its top-k range, 64 keys per tile. Shared memory holds Q, two
 bf16 key buffers and P (~226 KB), so one program runs per SM. The warpgroups (gl.warp_specialize):
 
-- the scorer: QK of a whole tile (Q read from shared memory once a tile), the online softmax, P and
-  its rows' rescale factors, and P V into value columns 0..255;
+- the scorer: its heads' Q into shared memory while the gatherer fetches the first tile (loaded
+  before the partitions start, it held the gatherer back: 1-5% at every decode shape), then QK of
+  a whole tile (Q read from shared memory once a tile), the online softmax, P and its rows'
+  rescale factors, and P V into value columns 0..255;
 - the second warpgroup: P V into columns 256..511 while the scorer moves on to the next tile;
 - the gatherer: tile t by cp.async into key buffer t % 2 once both MMA warpgroups are done with
   tile t - 2, and each row's validity beside it for the scorer's mask. A bf16 pool's rows land in
   place. An FP8 pool's rows land raw (512 e4m3 bytes) in the upper half of the buffer's bytes,
   their scales and rope dims beside, and the gatherer rewrites the tile in place as bf16 rows
-  (each 128-wide tile times its scale in fp32, one bf16 rounding: FlashMLA's). Until the twelfth
+  (each 128-wide tile times its scale in fp32, then one bf16 rounding; FlashMLA rounds the scale to
+  bf16 first and multiplies in bf16, docs/PERFORMANCE.md). Until the twelfth
   session FP8 pools had eight warps in one stream dequantizing under PV; taking the
   dequantization off the MMA warps made FP8 decode 6-23% faster (docs/PERFORMANCE.md).
 
@@ -232,10 +235,18 @@ def _gather_fp8(k_lat, k_rope, raw2, raw3, scales, valid, ready, free, kv_ptr, k
 
 
 @gluon.jit
-def _scorer(q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free, p_ready, p_free, done,
-            valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
+def _scorer(q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free, p_ready,
+            p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
             H: gl.constexpr, PARTIAL: gl.constexpr):
-    """Warpgroup 0: QK of each whole tile, the online softmax, and value columns 0..255."""
+    """Warpgroup 0: Q into shared memory while the gatherer fetches the first tile, then QK of each
+    whole tile, the online softmax, and value columns 0..255."""
+    q_row = q_base + (h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, ROPE_ROWS)))[:, None] * stride_qh
+    col = gl.arange(0, 64, layout=gl.SliceLayout(0, ROPE_ROWS))[None, :]
+    for c in gl.static_range(0, 512, 64):  # 64 columns at a time: 16 registers a thread
+        q_lat.slice(c, 64, dim=1).store(gl.load(q_row + c + col))
+    q_rope.store(gl.load(q_row + 512 + col))
+    fence_async_shared()
+    barrier()  # (this warpgroup's barrier) all of Q is in place for its wgmma
     m_i = gl.full([64], float("-inf"), gl.float32, gl.SliceLayout(1, QK))
     l_i = gl.zeros([64], gl.float32, gl.SliceLayout(1, QK))
     acc = gl.zeros([64, 256], gl.float32, PV)
@@ -298,7 +309,6 @@ def _sparse_mla_kernel(
     idx_ptr, stride_idx, topk, out_ptr, lse_ptr, scale_log2, keys_per_split, num_splits,
     H: gl.constexpr, FP8: gl.constexpr, PARTIAL: gl.constexpr, num_warps: gl.constexpr,
 ):
-    QL: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
     LAT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 512], gl.bfloat16)
     ROPE: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16)
     PLAIN: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
@@ -310,12 +320,9 @@ def _sparse_mla_kernel(
     end = gl.minimum(lo + keys_per_split, topk)
     idx_row = idx_ptr + n.to(gl.int64) * stride_idx
 
-    hq = h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, QL))
-    q_row = q_ptr + n.to(gl.int64) * stride_qn + hq[:, None] * stride_qh
-    q_lat = gl.allocate_shared_memory(gl.bfloat16, [64, 512], LAT,
-                                      gl.load(q_row + gl.arange(0, 512, layout=gl.SliceLayout(0, QL))[None, :]))
-    q_rope = gl.allocate_shared_memory(gl.bfloat16, [64, 64], ROPE,
-                                       gl.load(q_row + 512 + gl.arange(0, 64, layout=gl.SliceLayout(0, QL))[None, :]))
+    q_base = q_ptr + n.to(gl.int64) * stride_qn  # the scorer loads its heads' Q (_scorer)
+    q_lat = gl.allocate_shared_memory(gl.bfloat16, [64, 512], LAT)
+    q_rope = gl.allocate_shared_memory(gl.bfloat16, [64, 64], ROPE)
     k_lat = gl.allocate_shared_memory(gl.bfloat16, [2, 64, 512], LAT)
     k_rope = gl.allocate_shared_memory(gl.bfloat16, [2, 64, 64], ROPE)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [64, 64], ROPE)
@@ -336,7 +343,7 @@ def _sparse_mla_kernel(
     mbarrier.init(p_free, count=1)
     mbarrier.init(done, count=1)
     fence_async_shared()
-    barrier()  # Q and the barriers are in place for every warp
+    barrier()  # the barriers are in place for every warp
     # the partitions' arguments written out here: constexprs bound to a name first would reach
     # them as runtime values, and a partition cannot be chosen into a variable
     if FP8:
@@ -346,8 +353,9 @@ def _sparse_mla_kernel(
         raw3 = reinterpret(k_lat, gl.float8e4nv, [4, 64, 4, 128], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
         scales = gl.allocate_shared_memory(gl.float32, [64, 4], PLAIN)
         gl.warp_specialize([
-            (_scorer, (q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free, p_ready, p_free,
-                       done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0, H, PARTIAL)),
+            (_scorer, (q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free,
+                       p_ready, p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
+                       H, PARTIAL)),
             (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr, n,
                             split, num_splits, h0, H, PARTIAL)),
             (_gather_fp8, (k_lat, k_rope, raw2, raw3, scales, valid, ready, free, kv_ptr, kv_f32_ptr, kv_bf16_ptr,
@@ -355,8 +363,9 @@ def _sparse_mla_kernel(
         ], [4, 4], [SECOND_REGS, GATHER_REGS])
     else:
         gl.warp_specialize([
-            (_scorer, (q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free, p_ready, p_free,
-                       done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0, H, PARTIAL)),
+            (_scorer, (q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free,
+                       p_ready, p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
+                       H, PARTIAL)),
             (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr, n,
                             split, num_splits, h0, H, PARTIAL)),
             (_gather, (k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots, idx_row, lo, end)),

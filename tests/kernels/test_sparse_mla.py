@@ -1,7 +1,8 @@
 """Sparse MLA matches the float32 reference over bf16 and FP8 pools, with split-K and -1 entries.
 
-The kernel rounds FP8 rows to bf16 after applying their tile scales (as FlashMLA does), so over an
-FP8 pool scores carry bf16 rounding of K and lse gets a looser bound than over a bf16 pool.
+The kernel rounds FP8 rows to bf16 after applying their tile scales in float32 (FlashMLA rounds the
+scale to bf16 first), so over an FP8 pool scores carry bf16 rounding of K and lse gets a looser
+bound than over a bf16 pool.
 """
 
 import logging
