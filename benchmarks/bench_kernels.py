@@ -16,6 +16,7 @@ import importlib.util
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -40,7 +41,7 @@ ARGS = argparse.ArgumentParser()
 ARGS.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (interpreter), no timing claims")
 ARGS.add_argument("--budget", type=float, default=480.0, help="seconds after which no new section starts")
 ARGS.add_argument("--only", default="", help="comma list of sections to run: ceilings, correctness, indexer, topk, "
-                  "decode, prefill (e.g. --only topk)")
+                  "decode, prefill, power (e.g. --only topk)")
 OPT = ARGS.parse_args()
 DEV = "cpu" if OPT.smoke else "cuda"
 T0 = time.time()
@@ -471,6 +472,76 @@ def decode():
         del pool
 
 
+def power_row(name, fn, seconds: float = 2.5, **tag) -> None:
+    """fn replayed for `seconds` (a CUDA graph of ten calls) while nvidia-smi samples the SM clock,
+    the board power and the clock-limit reasons every 100 ms: time, clock and energy per call. At the
+    board's power limit (reason 0x4, software power cap) the clock falls until the power fits, so a
+    kernel's time there follows its energy, not its cycles (docs/PERFORMANCE.md, "The 700 W cap")."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(10):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active",
+                            "--format=csv,noheader,nounits", "-lms", "100"], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    calls, stop = 0, time.time() + seconds
+    start.record()
+    while time.time() < stop:
+        graph.replay()
+        calls += 10
+        if calls % 100 == 0:
+            torch.cuda.synchronize()  # keep the queue short, so the samples overlap the replays
+    end.record()
+    torch.cuda.synchronize()
+    smi.terminate()
+    samples = [line.split(",") for line in smi.communicate()[0].strip().splitlines()]
+    samples = samples[len(samples) // 5:-1]  # the clock's first adjustments, and a sample past the end
+
+    def median(i):
+        return sorted(float(x[i]) for x in samples)[len(samples) // 2]
+
+    us = start.elapsed_time(end) * 1e3 / calls
+    row("power", name, us / 1e3, **tag, sm_mhz=median(0), watts=median(1), mj_per_call=round(us * median(1) * 1e-3, 1),
+        limit_reasons=sorted({x[2].strip() for x in samples}))
+
+
+@section("power")
+def power():
+    """Clock, power and energy per call of ours and the references at the targets' shapes."""
+    if OPT.smoke:  # no nvidia-smi or CUDA graphs on the CPU
+        return
+    RES["gpu"] = torch.cuda.get_device_name(0)
+    RES["power_limit_W"] = subprocess.run(["nvidia-smi", "--query-gpu=power.limit", "--format=csv,noheader,nounits"],
+                                          capture_output=True, text=True).stdout.strip()
+    batch, ctx = 128, 32768
+    pool = index_pool(batch * ctx // PAGE + 64)
+    for next_n in (1, 2, 4):
+        q, w, table, lens = paged_case(batch, ctx, next_n, pool)
+        tag = dict(kernel="indexer", batch=batch, ctx=ctx, next_n=next_n)
+        power_row("ours", lambda: indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, ctx, next_n,
+                                                                       clean_logits=False), **tag)
+        if next_n < 4 and lib("deep_gemm") is not None:
+            power_row("deepgemm", lambda: dispatch._deepgemm_paged(q, w, pool, table, lens, PAGE, ctx, next_n, False),
+                      **tag)
+    del pool
+    slots = 262144
+    kv = torch.zeros(slots, 656, dtype=torch.uint8, device=DEV)
+    dispatch.store_mla_kv(kv, torch.randn(slots, 512, device=DEV), torch.randn(slots, 64, device=DEV),
+                          torch.arange(slots, device=DEV))
+    for heads, batch in ((128, 128), (128, 32), (64, 128)):
+        q = torch.randn(batch, heads, 576, device=DEV).to(torch.bfloat16)
+        idx = torch.randint(0, slots, (batch, K), device=DEV).int()
+        tag = dict(kernel="sparse mla decode fp8", heads=heads, batch=batch)
+        power_row("ours", lambda: sparse_mla.sparse_mla(q, kv, idx, 576**-0.5), **tag)
+        if lib("flash_mla") is not None:
+            power_row("flashmla", lambda: dispatch._flashmla_decode(q, kv, idx, 576**-0.5), **tag)
+
+
 @section("prefill")
 def prefill():
     nq, nk = (64, 512) if OPT.smoke else (4096, 32768)
@@ -523,7 +594,7 @@ if __name__ == "__main__":
         m = lib(versions) if versions != "triton" else __import__("triton")
         RES.setdefault("versions", {})[versions] = getattr(m, "__version__", None) if m else None
     RES["versions"]["torch"] = torch.__version__
-    for run in (ceilings, correctness, indexer, topk_section, decode, prefill):
+    for run in (ceilings, correctness, indexer, topk_section, decode, prefill, power):
         run()
     RES["total_s"] = round(time.time() - T0, 1)
     save()
