@@ -566,7 +566,9 @@ _refused: dict = {}  # per device, the smallest grid the driver refused to launc
 def _barrier_counters(device: torch.device, rows: int) -> torch.Tensor:
     """The rows' barrier counters, zeroed once per device and stream (a launch on another stream
     must not share them). Rows of several programs never exceed the SM count, so the first buffer
-    is final."""
+    is final. A buffer first made inside a CUDA-graph capture is zeroed when that graph replays,
+    and graphs captured later on the stream share it: replay the first one first. (Zeroing it on a
+    side stream during the capture is refused in PyTorch's default capture mode: H100, 2026-11-26.)"""
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     buf = _counters.get((device, stream))
     if buf is None or buf.numel() < rows:
