@@ -474,9 +474,10 @@ def decode():
 
 def power_row(name, fn, seconds: float = 2.5, **tag) -> None:
     """fn replayed for `seconds` (a CUDA graph of ten calls) while nvidia-smi samples the SM clock,
-    the board power and the clock-limit reasons every 100 ms: time, clock and energy per call. At the
-    board's power limit (reason 0x4, software power cap) the clock falls until the power fits, so a
-    kernel's time there follows its energy, not its cycles (docs/PERFORMANCE.md, "The 700 W cap")."""
+    the board power, the temperature and the clock-limit reasons every 100 ms: time, clock and
+    energy per call. At the board's power limit (reason 0x4, software power cap) the clock falls
+    until the power fits, so a kernel's time there follows its energy, not its cycles
+    (docs/PERFORMANCE.md, "The 700 W cap")."""
     fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -485,7 +486,7 @@ def power_row(name, fn, seconds: float = 2.5, **tag) -> None:
             fn()
     graph.replay()
     torch.cuda.synchronize()
-    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active",
+    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active",
                             "--format=csv,noheader,nounits", "-lms", "100"], stdout=subprocess.PIPE, text=True)
     time.sleep(0.3)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -507,7 +508,7 @@ def power_row(name, fn, seconds: float = 2.5, **tag) -> None:
 
     us = start.elapsed_time(end) * 1e3 / calls
     row("power", name, us / 1e3, **tag, sm_mhz=median(0), watts=median(1), mj_per_call=round(us * median(1) * 1e-3, 1),
-        limit_reasons=sorted({x[2].strip() for x in samples}))
+        temp_c=median(2), limit_reasons=sorted({x[3].strip() for x in samples}))
 
 
 @section("power")
@@ -516,8 +517,10 @@ def power():
     if OPT.smoke:  # no nvidia-smi or CUDA graphs on the CPU
         return
     RES["gpu"] = torch.cuda.get_device_name(0)
-    RES["power_limit_W"] = subprocess.run(["nvidia-smi", "--query-gpu=power.limit", "--format=csv,noheader,nounits"],
-                                          capture_output=True, text=True).stdout.strip()
+    # which board: clocks at the cap differ between boards of one model
+    RES["power_limit_W"], RES["gpu_uuid"] = subprocess.run(
+        ["nvidia-smi", "--query-gpu=power.limit,uuid", "--format=csv,noheader,nounits"], capture_output=True,
+        text=True).stdout.strip().split(", ")
     batch, ctx = 128, 32768
     pool = index_pool(batch * ctx // PAGE + 64)
     for next_n in (1, 2, 4):
