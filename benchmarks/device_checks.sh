@@ -15,7 +15,7 @@ for stage in "$@"; do
     gpu-tests)
       # batch_invariant patches aten for its whole process: its tests get a process of their own.
       timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_batch_invariance.py 2>&1 | tail -25
-      timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py tests/kernels \
+      timeout 420 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py tests/kernels \
         2>&1 | grep -v "^  " | tail -60 ;;
     serving)
       export DSA_STUB_ENV=/tmp/triton-stub-env
