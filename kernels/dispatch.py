@@ -17,6 +17,7 @@ from . import reference as ref
 
 log = logging.getLogger(__name__)
 TOPK_METHODS = ("paged", "ragged")
+MODULES = {"deepgemm": "deep_gemm", "flashmla": "flash_mla"}  # backend name -> import name
 
 
 @functools.cache
@@ -40,8 +41,7 @@ def available_backends(device: torch.device | str = "cuda") -> dict[str, bool]:
     return {
         "reference": True,
         "triton": cuda and _library("triton") is not None,
-        "deepgemm": cuda and sm in (9, 10) and _library("deep_gemm") is not None,
-        "flashmla": cuda and sm in (9, 10) and _library("flash_mla") is not None,
+        **{name: cuda and sm in (9, 10) and _library(module) is not None for name, module in MODULES.items()},
         "gluon_paged_indexer": cuda and _gluon_paged_indexer(device),
         "gluon_sparse_mla": cuda and _gluon_sparse_mla(device),
     }
@@ -64,7 +64,7 @@ def _choose(t: torch.Tensor, backend: str, library: str | None) -> str:
         return backend
     if not t.is_cuda:
         return "reference"
-    if library and _hopper_or_newer(t) and _library(library.replace("deepgemm", "deep_gemm").replace("flashmla", "flash_mla")):
+    if library and _hopper_or_newer(t) and _library(MODULES[library]):
         return library
     return "triton"
 
