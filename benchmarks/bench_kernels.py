@@ -70,10 +70,10 @@ def bench_graph(fn) -> float | None:
     graphs pays). None when fn cannot be captured."""
     if OPT.smoke:
         return None
-    import triton.testing
+    from graph_timing import graph_ms
 
     try:
-        return round(float(triton.testing.do_bench_cudagraph(fn, rep=30, return_mode="median")), 5)
+        return round(graph_ms(fn), 5)
     except Exception as exc:  # noqa: BLE001 - e.g. a library call that synchronises
         RES["errors"].append(f"graph capture: {str(exc)[:160]}")
         return None
@@ -478,12 +478,9 @@ def power_row(name, fn, seconds: float = 2.5, **tag) -> None:
     energy per call. At the board's power limit (reason 0x4, software power cap) the clock falls
     until the power fits, so a kernel's time there follows its energy, not its cycles
     (docs/PERFORMANCE.md, "The 700 W cap")."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(10):
-            fn()
+    from graph_timing import capture
+
+    graph = capture(fn, 10)
     graph.replay()
     torch.cuda.synchronize()
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active",

@@ -15,16 +15,11 @@ import json
 import math
 
 import torch
-import triton
-import triton.testing
 
 from dsa_kernels import dispatch, indexer_logits
+from graph_timing import graph_ms
 
 PAGE, CTX = 64, 32768
-
-
-def _graph_ms(fn) -> float:
-    return float(triton.testing.do_bench_cudagraph(fn, rep=30, return_mode="median"))
 
 
 def main() -> None:
@@ -51,7 +46,7 @@ def main() -> None:
             fn = lambda: indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, CTX, next_n,  # noqa: E731
                                                              clean_logits=False, config=cfg)
             try:
-                timed.append((_graph_ms(fn), cfg))
+                timed.append((graph_ms(fn), cfg))
             except Exception as exc:  # noqa: BLE001 - a tile that does not fit
                 print("failed", cfg, str(exc)[:120])
         timed.sort(key=lambda t: t[0])
@@ -60,10 +55,10 @@ def main() -> None:
                                                   config=best)
         finite = torch.isfinite(want)
         same = bool(torch.allclose(got[finite], want[finite], rtol=1e-3, atol=1e-3))
-        default_ms = _graph_ms(lambda: indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, CTX, next_n,
+        default_ms = graph_ms(lambda: indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, CTX, next_n,
                                                                            clean_logits=False))
         try:
-            dg_ms = _graph_ms(lambda: dispatch._deepgemm_paged(q, w, pool, table, lens, PAGE, CTX, next_n, False))
+            dg_ms = graph_ms(lambda: dispatch._deepgemm_paged(q, w, pool, table, lens, PAGE, CTX, next_n, False))
         except Exception as exc:  # noqa: BLE001
             dg_ms = math.nan
             print("deepgemm", str(exc)[:120])

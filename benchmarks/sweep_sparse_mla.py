@@ -21,10 +21,10 @@ import json
 import time
 
 import torch
-import triton
 import triton.testing
 
 from dsa_kernels import dispatch, reference, sparse_mla
+from graph_timing import graph_ms
 
 K, SLOTS, SCALE = 2048, 262144, 576**-0.5
 # (BLOCK_H, BLOCK_N, warps, stages): 16/32-head blocks run mma v2, whose operands live in
@@ -52,10 +52,6 @@ def _configs(batch: int, heads: int, sms: int):
             yield dict(BLOCK_H=bh, BLOCK_N=bn, SPLIT=split, num_warps=warps, num_stages=stages)
 
 
-def _graph_ms(fn) -> float:
-    return float(triton.testing.do_bench_cudagraph(fn, rep=30, return_mode="median"))
-
-
 def _gluon_configs(batch: int, heads: int, sms: int):
     """The default config with every split 1..8 that keeps a tile per split and at most four waves."""
     default = sparse_mla.mla_config(batch, heads, K, sms)
@@ -70,7 +66,7 @@ def _case(pool, heads: int, batch: int, sms: int, deadline: float, gluon: bool =
     idx = torch.randint(0, SLOTS, (batch, K), device="cuda").int()
     flops = 2 * batch * heads * K * (576 + 512)
     default = sparse_mla.mla_config(batch, heads, K, sms)
-    time_ms, run = (_graph_ms, dict(gluon=True)) if gluon else (_ms, {})
+    time_ms, run = (graph_ms, dict(gluon=True)) if gluon else (_ms, {})
     t0, timed, skipped = time.time(), [], 0
     for cfg in (_gluon_configs if gluon else _configs)(batch, heads, sms):
         if time.time() > deadline:  # leave time for the later cases' defaults and FlashMLA

@@ -43,10 +43,15 @@ Barriers: one int32 counter per row (per device and stream) that is zeroed once 
 Each program adds 128 / P and waits for the next multiple of 128, so the counters stay multiples of
 128 between launches whatever P a launch uses; they are compared by difference, so wrapping around
 is harmless. A row of one program meets only itself, at a block barrier. Under TRITON_INTERPRET=1
-programs run one after another, so P is 1 there.
+programs run one after another, so P is 1 there. The counters are made outside CUDA-graph
+captures: a graph captured on a stream before any top-k ran there eagerly takes the three
+launches (_barrier_counters), so run one call on the capture stream first, as an engine's warm-up
+does.
 """
 
 from __future__ import annotations
+
+import logging
 
 import torch
 import triton
@@ -54,6 +59,8 @@ import triton.language as tl
 
 from .topk import _num_sms, _ordered_key, _row, _scatter, _transform
 from .triton_dot import INTERPRET
+
+log = logging.getLogger(__name__)
 
 BINS = tl.constexpr(64)
 VALUE_ROUNDS = tl.constexpr(3)
@@ -561,17 +568,27 @@ def device_parts(rows: int, width: int, num_sms: int) -> int | None:
 
 _counters: dict = {}
 _refused: dict = {}  # per device, the smallest grid the driver refused to launch cooperatively
+_warned: set = set()  # (device, stream) pairs told that a capture came before their counters
 
 
-def _barrier_counters(device: torch.device, rows: int) -> torch.Tensor:
+def _barrier_counters(device: torch.device, rows: int) -> torch.Tensor | None:
     """The rows' barrier counters, zeroed once per device and stream (a launch on another stream
-    must not share them). Rows of several programs never exceed the SM count, so the first buffer
-    is final. A buffer first made inside a CUDA-graph capture is zeroed when that graph replays,
-    and graphs captured later on the stream share it: replay the first one first. (Zeroing it on a
-    side stream during the capture is refused in PyTorch's default capture mode: H100, 2026-11-26.)"""
+    must not share them); None inside a CUDA-graph capture on a stream that has none yet. Made
+    there, they would be zeroed only when that graph replays, while graphs captured later on the
+    stream share them and may replay first, over whatever the memory held: meetings that let a
+    program through early, and a wrong top-k. Nor can a capture make them on a side stream
+    (PyTorch's default capture mode refuses it: H100, 2026-11-26). Rows of several programs never
+    exceed the SM count, so the first buffer is final."""
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     buf = _counters.get((device, stream))
     if buf is None or buf.numel() < rows:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            if (device, stream) not in _warned:
+                _warned.add((device, stream))
+                log.warning("top-k captured in a CUDA graph before any eager call on its stream: that graph "
+                            "takes the three launches; run one top-k on the capture stream before capturing "
+                            "for the single launch")
+            return None
         buf = _counters[(device, stream)] = torch.zeros(max(rows, _num_sms(device)), device=device, dtype=torch.int32)
     return buf
 
@@ -582,10 +599,14 @@ def cooperative_topk(
 ) -> bool:
     """Arguments as kernels/topk.topk_transform, parts from parts_per_row; False (nothing written)
     when the driver refuses the grid as a cooperative launch, e.g. an MPS client given fewer SMs
-    than the device has: the caller then takes the three launches. A program holds up to
-    max_slice keys at once and streams a longer span (tests stream small rows with a small one)."""
+    than the device has, or inside a capture with no barrier counters yet (_barrier_counters): the
+    caller then takes the three launches. A program holds up to max_slice keys at once and streams
+    a longer span (tests stream small rows with a small one)."""
     n, width = logits.shape
     if parts > 1 and n * parts >= _refused.get(logits.device, n * parts + 1):
+        return False
+    counters = _barrier_counters(logits.device, n) if parts > 1 else lengths  # one-program rows meet no other
+    if counters is None:
         return False
     span = max(triton.next_power_of_2(triton.cdiv(width, parts)), 256)
     slice_ = min(span, max_slice)
@@ -599,7 +620,7 @@ def cooperative_topk(
     try:
         _topk_kernel[(n, parts)](
             logits, logits.stride(0), row_starts if row_starts is not None else lengths, lengths,
-            _barrier_counters(logits.device, n) if parts > 1 else lengths,  # one-program rows meet no other
+            counters,
             exch, gather, lists, flags, out, out.stride(0), bt,
             bt.stride(0) if block_table is not None else 0, offsets if offsets is not None else lengths, next_n,
             K=k, P=parts, SLICE=slice_, CHUNKS=chunks, SAMPLE=SAMPLE, PAIR_CAP=PAIR_CAP,

@@ -175,3 +175,39 @@ def test_a_grid_too_large_to_be_resident_is_refused_and_the_three_launches_serve
     assert not tc.cooperative_topk(logits, lens, None, 512, 2, out, topk.TRANSFORM_NONE, None, 1, 1, None)
     assert (out == -7).all()
     assert torch.equal(topk.topk_transform(logits, lens, 512), reference.topk_positions_ref(logits, lens, 512))
+
+
+@pytest.mark.gpu
+def test_graphs_take_the_single_launch_only_where_an_eager_call_made_the_counters(caplog):
+    """A capture that finds no barrier counters on its stream takes the three launches (counters
+    made inside it would be zeroed only by that graph's replays); after one eager call there, later
+    captures share the counters and replay in any order."""
+    rows, width, k = 32, 32768, 2048
+    assert tc.parts_per_row(rows, width, torch.cuda.get_device_properties(0).multi_processor_count) > 1
+    g = torch.Generator(device="cuda").manual_seed(3)
+    logits = torch.randn(rows, width, device="cuda", generator=g)
+    lens = torch.full((rows,), width, device="cuda", dtype=torch.int32)
+    stream = torch.cuda.Stream()
+    key = (logits.device, stream.cuda_stream)
+    tc._counters.pop(key, None)  # the stream pool recycles handles: start this stream bare
+    tc._warned.discard(key)
+
+    def captured():
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            out = topk.topk_transform(logits, lens, k)
+        return graph, out
+
+    with caplog.at_level("WARNING", logger=tc.__name__):
+        cold = captured()
+    assert key not in tc._counters and "three launches" in caplog.text
+    with torch.cuda.stream(stream):
+        topk.topk_transform(logits, lens, k)
+    stream.synchronize()
+    assert key in tc._counters
+    first, second = captured(), captured()
+    for graph, out in (second, first, cold, first, second):
+        logits.copy_(torch.randn(rows, width, device="cuda", generator=g))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, reference.topk_positions_ref(logits, lens, k))
