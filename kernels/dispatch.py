@@ -186,6 +186,8 @@ def topk_transform(
     method "paged": pool slot ids through block_table [N // next_n, max_pages] (decode-like modes);
     method "ragged": position + offsets[i] (prefill; offsets are required). Row i ranks
     logits[i, row_starts[i] : row_starts[i] + lengths[i]] (row_starts defaults to 0).
+    CUDA graphs: run one call on the capture stream before capturing (a warm-up), or the captured
+    top-k takes the slower three launches (kernels/topk_cooperative.py, barrier counters).
     """
     if method not in TOPK_METHODS:
         raise ValueError(f"top-k transform method must be one of {TOPK_METHODS}, got {method!r}")
