@@ -56,7 +56,7 @@ def main() -> None:
         finite = torch.isfinite(want)
         same = bool(torch.allclose(got[finite], want[finite], rtol=1e-3, atol=1e-3))
         default_ms = graph_ms(lambda: indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, CTX, next_n,
-                                                                           clean_logits=False))
+                                                                          clean_logits=False))
         try:
             dg_ms = graph_ms(lambda: dispatch._deepgemm_paged(q, w, pool, table, lens, PAGE, CTX, next_n, False))
         except Exception as exc:  # noqa: BLE001
