@@ -577,8 +577,9 @@ def _barrier_counters(device: torch.device, rows: int) -> torch.Tensor | None:
     there, they would be zeroed only when that graph replays, while graphs captured later on the
     stream share them and may replay first, over whatever the memory held: meetings that let a
     program through early, and a wrong top-k. Nor can a capture make them on a side stream
-    (PyTorch's default capture mode refuses it: H100, 2026-11-26). Rows of several programs never
-    exceed the SM count, so the first buffer is final."""
+    (PyTorch's default capture mode refuses it: H100, 2026-11-26). A graph keeps the counters of
+    the stream it was captured on, wherever it replays: nothing else may use them meanwhile. Rows
+    of several programs never exceed the SM count, so the first buffer is final."""
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     buf = _counters.get((device, stream))
     if buf is None or buf.numel() < rows:
