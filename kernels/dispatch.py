@@ -72,6 +72,11 @@ def _choose(t: torch.Tensor, backend: str, library: str | None) -> str:
 _REFUSED: set = set()
 
 
+@functools.cache
+def _warn_once(message: str) -> None:
+    log.warning(message)
+
+
 def _try_library(backend: str, key: tuple, fn):
     """Run a library call. Named explicitly, its errors propagate; under "auto" a refusal (shape,
     arch) returns None once and for all, and the caller falls back to Triton."""
@@ -221,7 +226,7 @@ def _int(t):
 
 # ---------------------------------------------------------------- sparse MLA
 
-_FLASH_MLA_META: dict = {}
+_FLASH_MLA_META: dict = {}  # per shape, FlashMLA's schedule (made by its first call of that shape)
 
 
 def sparse_mla_decode(q, kv_pool, indices, sm_scale: float, *, backend: str = "auto"):
@@ -235,7 +240,7 @@ def sparse_mla_decode(q, kv_pool, indices, sm_scale: float, *, backend: str = "a
     if choice == "reference":
         out, lse = ref.sparse_mla_ref(q, kv_pool, indices, sm_scale)
         return out.to(torch.bfloat16), lse
-    if choice == "flashmla":
+    if choice == "flashmla" and _flashmla_schedule_ready(q, kv_pool, indices, backend):
         res = _try_library(backend, ("flashmla", "decode", q.shape[1], indices.shape[1]),
                            lambda: _flashmla_decode(q, kv_pool, indices, sm_scale))
         if res is not None:
@@ -245,11 +250,35 @@ def sparse_mla_decode(q, kv_pool, indices, sm_scale: float, *, backend: str = "a
     return sparse_mla(q, kv_pool, indices, sm_scale)
 
 
+def _flashmla_block(kv_pool) -> int:
+    return 64 if kv_pool.shape[0] % 64 == 0 else 1  # slot ids are flat, any block size that divides works
+
+
+def _flashmla_key(q, kv_pool, indices) -> tuple:
+    return (q.shape[0], q.shape[1], indices.shape[1], _flashmla_block(kv_pool), q.device)
+
+
+def _flashmla_schedule_ready(q, kv_pool, indices, backend: str) -> bool:
+    """FlashMLA makes a shape's split schedule on its first call and reuses those tensors after.
+    Made inside a CUDA-graph capture, the schedule is computed only when that graph replays, while
+    graphs captured later with the same shape reuse it and may replay first, over memory nothing
+    wrote. So a capture that meets a shape FlashMLA has not run eagerly takes our kernel (auto), or
+    fails (backend="flashmla"): warm each shape up before capturing, as an engine does."""
+    if _flashmla_key(q, kv_pool, indices) in _FLASH_MLA_META or not torch.cuda.is_current_stream_capturing():
+        return True
+    if backend != "auto":
+        raise RuntimeError("FlashMLA sparse decode met a shape inside a CUDA-graph capture before any eager call: "
+                           "its schedule would be made inside this graph only; run the shape once before capturing")
+    _warn_once("sparse MLA decode captured in a CUDA graph before an eager call of its shape: that graph takes "
+               "the Triton kernel; warm each shape up before capturing for FlashMLA")
+    return False
+
+
 def _flashmla_decode(q, kv_pool, indices, sm_scale):
     fm = _library("flash_mla")
     n, heads, _ = q.shape
-    block = 64 if kv_pool.shape[0] % 64 == 0 else 1  # slot ids are flat, any block size that divides works
-    key = (n, heads, indices.shape[1], block, q.device)
+    block = _flashmla_block(kv_pool)
+    key = _flashmla_key(q, kv_pool, indices)
     if key not in _FLASH_MLA_META:
         _FLASH_MLA_META[key] = fm.get_mla_metadata()[0]
     out, lse = fm.flash_mla_with_kvcache(

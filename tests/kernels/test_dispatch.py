@@ -58,3 +58,43 @@ def test_transformers_still_imports_next_to_dsa_kernels():
     import transformers  # noqa: F401 - `kernels` must not shadow the Hugging Face package
 
     assert dsa_kernels.__name__ == "dsa_kernels"
+
+
+@pytest.mark.gpu
+def test_flashmla_decode_enters_a_graph_only_after_an_eager_call_of_its_shape(caplog):
+    """FlashMLA makes a shape's split schedule on its first call. A capture that meets the shape
+    first takes our kernel (or fails, with FlashMLA named explicitly); after an eager call, graphs
+    captured later share the schedule and replay in any order."""
+    pytest.importorskip("flash_mla")
+    n, heads, slots, topk = 3, 128, 8192, 2048  # batch 3: a shape no other test runs first
+    g = torch.Generator(device="cuda").manual_seed(5)
+    pool = torch.empty(slots, 656, dtype=torch.uint8, device="cuda")
+    dsa_kernels.store_mla_kv(pool, torch.randn(slots, 512, device="cuda", generator=g).bfloat16(),
+                             torch.randn(slots, 64, device="cuda", generator=g).bfloat16(),
+                             torch.arange(slots, device="cuda"))
+    q = torch.randn(n, heads, 576, device="cuda", generator=g).bfloat16()
+    idx = torch.randint(0, slots, (n, topk), device="cuda", generator=g, dtype=torch.int32)
+    scale = 576**-0.5
+    dispatch._FLASH_MLA_META.pop(dispatch._flashmla_key(q, pool, idx), None)
+
+    def captured(backend="auto"):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out, _ = dsa_kernels.sparse_mla_decode(q, pool, idx, scale, backend=backend)
+        return graph, out
+
+    with caplog.at_level("WARNING", logger=dispatch.__name__):
+        cold = captured()
+    assert "takes the Triton kernel" in caplog.text
+    with pytest.raises(RuntimeError, match="before capturing"):
+        captured("flashmla")
+    ours = dsa_kernels.sparse_mla_decode(q, pool, idx, scale, backend="triton")[0]
+    theirs = dsa_kernels.sparse_mla_decode(q, pool, idx, scale)[0]  # makes the schedule, eagerly
+    torch.cuda.synchronize()
+    assert dispatch._flashmla_key(q, pool, idx) in dispatch._FLASH_MLA_META
+    first, second = captured(), captured()
+    for (graph, out), want in ((second, theirs), (first, theirs), (cold, ours), (second, theirs)):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, want)
