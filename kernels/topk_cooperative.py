@@ -51,6 +51,7 @@ does.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import torch
@@ -568,7 +569,12 @@ def device_parts(rows: int, width: int, num_sms: int) -> int | None:
 
 _counters: dict = {}
 _refused: dict = {}  # per device, the smallest grid the driver refused to launch cooperatively
-_warned: set = set()  # (device, stream) pairs told that a capture came before their counters
+
+
+@functools.cache
+def _warn_capture_once() -> None:
+    log.warning("top-k captured in a CUDA graph before any eager call on its stream: that graph takes the three "
+                "launches; run one top-k on the capture stream before capturing for the single launch")
 
 
 def _barrier_counters(device: torch.device, rows: int) -> torch.Tensor | None:
@@ -584,11 +590,7 @@ def _barrier_counters(device: torch.device, rows: int) -> torch.Tensor | None:
     buf = _counters.get((device, stream))
     if buf is None or buf.numel() < rows:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            if (device, stream) not in _warned:
-                _warned.add((device, stream))
-                log.warning("top-k captured in a CUDA graph before any eager call on its stream: that graph "
-                            "takes the three launches; run one top-k on the capture stream before capturing "
-                            "for the single launch")
+            _warn_capture_once()
             return None
         buf = _counters[(device, stream)] = torch.zeros(max(rows, _num_sms(device)), device=device, dtype=torch.int32)
     return buf
