@@ -60,6 +60,29 @@ def test_transformers_still_imports_next_to_dsa_kernels():
     assert dsa_kernels.__name__ == "dsa_kernels"
 
 
+def test_a_capture_takes_flashmla_only_for_a_shape_it_has_run(monkeypatch, caplog):
+    """The rule alone (the GPU test below runs it in real captures): outside a capture, or for a
+    shape FlashMLA has run, yes; inside a capture for a new shape, our kernel with a warning under
+    auto, a clear error when FlashMLA is named."""
+    q, pool, idx = torch.zeros(2, 64, 576), torch.zeros(128, 656, dtype=torch.uint8), torch.zeros(2, 2048)
+    key = dispatch._flashmla_key(q, pool, idx)
+    dispatch._FLASH_MLA_META.pop(key, None)
+    dispatch._warn_once.cache_clear()
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    assert dispatch._flashmla_schedule_ready(q, pool, idx, "flashmla")
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with caplog.at_level("WARNING", logger=dispatch.__name__):
+        assert not dispatch._flashmla_schedule_ready(q, pool, idx, "auto")
+    assert "takes the Triton kernel" in caplog.text
+    with pytest.raises(RuntimeError, match="run the shape once before capturing"):
+        dispatch._flashmla_schedule_ready(q, pool, idx, "flashmla")
+    dispatch._FLASH_MLA_META[key] = object()  # as an eager call leaves it
+    try:
+        assert dispatch._flashmla_schedule_ready(q, pool, idx, "flashmla")
+    finally:
+        del dispatch._FLASH_MLA_META[key]
+
+
 @pytest.mark.gpu
 def test_flashmla_decode_enters_a_graph_only_after_an_eager_call_of_its_shape(caplog):
     """FlashMLA makes a shape's split schedule on its first call. A capture that meets the shape

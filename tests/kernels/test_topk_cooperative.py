@@ -177,6 +177,18 @@ def test_a_grid_too_large_to_be_resident_is_refused_and_the_three_launches_serve
     assert torch.equal(topk.topk_transform(logits, lens, 512), reference.topk_positions_ref(logits, lens, 512))
 
 
+def test_a_capture_never_makes_the_barrier_counters(monkeypatch, caplog):
+    """The rule alone (the GPU test below runs it in real captures): a capture on a stream without
+    counters gets none (the caller then takes the three launches), with a warning, and makes none."""
+    device = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": -12345})())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    tc._warn_capture_once.cache_clear()
+    with caplog.at_level("WARNING", logger=tc.__name__):
+        assert tc._barrier_counters(device, 4) is None
+    assert "three launches" in caplog.text and (device, -12345) not in tc._counters
+
+
 @pytest.mark.gpu
 def test_graphs_take_the_single_launch_only_where_an_eager_call_made_the_counters(caplog):
     """A capture that finds no barrier counters on its stream takes the three launches (counters
