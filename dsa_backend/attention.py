@@ -138,7 +138,8 @@ class KernelDsaBackend:
             logits, starts = self._ragged_logits(q_fp8, w, keys, batch)
         else:
             logits, starts = self._paged_logits(q_fp8, w, keys, batch, context), None
-        # The ragged transform with zero offsets leaves positions within the request.
+        # The ragged transform with zero offsets leaves positions within the request. It reads each
+        # row's [start, start + context) only, so the logits skip their -inf fill past those ranges.
         zeros = torch.zeros(batch.num_tokens, dtype=torch.int32, device=q.device)
         return dsa_kernels.topk_transform(logits, context, topk, "ragged", row_starts=starts, offsets=zeros)
 
@@ -173,7 +174,8 @@ class KernelDsaBackend:
         else:
             table, next_n = batch.block_table[request_of_token(batch)], 1  # uneven: one table row per token
         return dsa_kernels.paged_indexer_logits(q_fp8, w, keys, table.contiguous(), context,
-                                                page_size=batch.page_size, max_context_len=max_len, next_n=next_n)
+                                                page_size=batch.page_size, max_context_len=max_len, next_n=next_n,
+                                                clean_logits=False)
 
     @staticmethod
     def _ragged_logits(q_fp8, w, keys, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -191,7 +193,8 @@ class KernelDsaBackend:
         k_fp8, k_scale = ref.gather_index_keys_ref(keys, slots, batch.page_size)
         start = base[request_of_token(batch)]
         end = start + batch.positions.long() + 1
-        logits = dsa_kernels.ragged_indexer_logits(q_fp8, w, k_fp8.contiguous(), k_scale, start.int(), end.int())
+        logits = dsa_kernels.ragged_indexer_logits(q_fp8, w, k_fp8.contiguous(), k_scale, start.int(), end.int(),
+                                                   clean_logits=False)
         return logits, start.int()
 
     def sparse_mla(self, q: torch.Tensor, pool: MlaKVPool, layer: int, batch: ForwardBatch,

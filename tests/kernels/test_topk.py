@@ -116,6 +116,19 @@ def test_row_starts_shift_each_rows_range():
     _check(logits, [200, 100, 17], starts=torch.tensor([100, 0, 283]).int())
 
 
+@pytest.mark.parametrize("config", [SMALL, None], ids=["three-launches", "default"])
+def test_keys_outside_each_rows_range_are_never_read(config):
+    """The engine skips the logits' -inf fill (clean_logits=False) because the top-k reads only
+    each row's [start, start + length): +inf and NaN written there change nothing."""
+    logits = _logits(3, 300)
+    starts, lens = torch.tensor([100, 0, 283]).int(), torch.tensor([150, 100, 17]).int()
+    pos = torch.arange(300)
+    outside = (pos < starts[:, None]) | (pos >= (starts + lens)[:, None])
+    poisoned = logits.masked_fill(outside, float("inf")).masked_fill(outside & (pos % 3 == 0), float("nan"))
+    out = topk.topk_transform(poisoned, lens, K, row_starts=starts, config=config)
+    assert torch.equal(out, reference.topk_positions_ref(logits, lens, K, starts))
+
+
 def test_k_larger_than_context_returns_every_position_then_minus_one():
     logits = _logits(1, 8)
     out = topk.topk_transform(logits, torch.tensor([5]).int(), K, config=SMALL)
