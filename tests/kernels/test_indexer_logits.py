@@ -96,7 +96,8 @@ def test_paged_logits_without_cleaning_write_every_visible_column():
         assert torch.allclose(out[i, :n], want[i, :n], rtol=1e-5, atol=1e-5)
 
 
-def test_ragged_logits_match_reference_with_causal_ranges():
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "visible-only"])
+def test_ragged_logits_match_reference_with_causal_ranges(clean):
     nq, nk = 11, 50
     q = (torch.randn(nq, HEADS, 128) * 2).to(torch.float8_e4m3fn)
     w = torch.randn(nq, HEADS)
@@ -106,8 +107,14 @@ def test_ragged_logits_match_reference_with_causal_ranges():
     k_start = torch.tensor([0] * 4 + [20] * 7).int()
     k_end = torch.tensor([1, 2, 3, 4, 20, 21, 22, 30, 40, 50, 43]).int()
     cfg = dict(BLOCK_Q=2, BLOCK_K=16, KEYS_PER_PROG=32, num_warps=4, num_stages=1)
-    out = indexer_logits.ragged_indexer_logits(q, w, k, k_scale, k_start, k_end, config=cfg)
-    _assert_close(out, reference.ragged_indexer_logits_ref(q, w, k, k_scale, k_start, k_end))
+    out = indexer_logits.ragged_indexer_logits(q, w, k, k_scale, k_start, k_end, clean_logits=clean, config=cfg)
+    want = reference.ragged_indexer_logits_ref(q, w, k, k_scale, k_start, k_end)
+    if clean:
+        _assert_close(out, want)
+    else:  # each query's own range is written; what lies outside it is never read
+        for i, (lo, hi) in enumerate(zip(k_start.tolist(), k_end.tolist())):
+            if hi > lo:
+                _assert_close(out[i, lo:hi], want[i, lo:hi])
 
 
 def test_paged_logits_reject_lengths_that_are_not_one_per_token():
