@@ -154,8 +154,9 @@ def _deepgemm_paged(q_fp8, weights, index_pool, block_table, context_lens, page_
     out = dg.fp8_paged_mqa_logits(q_fp8.view(batch, next_n, heads, dim), kv, weights, lens, table, sched,
                                   max_len, False)[:, :max_len]
     if clean:
-        pos = torch.arange(max_len, device=out.device)
-        out.masked_fill_(pos[None, :] >= lens.reshape(-1, 1), float("-inf"))
+        from .indexer_logits import fill_past_lengths
+
+        fill_past_lengths(out, lens)
     return out
 
 

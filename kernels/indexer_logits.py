@@ -104,6 +104,27 @@ def _paged_logits_kernel(
             tl.store(out_rows + pos[None, :], ninf, mask=tok_ok[:, None] & (pos[None, :] < max_len))
 
 
+@triton.jit
+def _fill_past_lengths_kernel(out_ptr, stride_out, lens_ptr, width, BLOCK: tl.constexpr):
+    """-inf in one row's columns from its length on, BLOCK of them a program."""
+    row = tl.program_id(0)
+    pos = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    length = tl.load(lens_ptr + row)
+    tl.store(out_ptr + row.to(tl.int64) * stride_out + pos, tl.full((BLOCK,), float("-inf"), tl.float32),
+             mask=(pos >= length) & (pos < width))
+
+
+def fill_past_lengths(out: torch.Tensor, lengths: torch.Tensor) -> None:
+    """-inf into out [N, W] fp32 (rows may be strided) from each row's length on: clean_logits for
+    a kernel that leaves those columns unwritten. Writes only the rows' tails (H100: DeepGEMM's
+    paged logits clean in one launch instead of three torch passes over the whole matrix)."""
+    n, width = out.shape
+    if n and width:
+        block = 4096
+        _fill_past_lengths_kernel[(n, triton.cdiv(width, block))](
+            out, out.stride(0), lengths.reshape(-1).to(torch.int32).contiguous(), width, BLOCK=block)
+
+
 def _check_q(q_fp8: torch.Tensor, weights: torch.Tensor) -> None:
     if q_fp8.dtype != torch.float8_e4m3fn or q_fp8.dim() != 3 or q_fp8.shape[-1] != INDEX_HEAD_DIM:
         raise ValueError(f"q_fp8 must be float8_e4m3fn [tokens, heads, {INDEX_HEAD_DIM}], got "

@@ -117,6 +117,16 @@ def test_ragged_logits_match_reference_with_causal_ranges(clean):
                 _assert_close(out[i, lo:hi], want[i, lo:hi])
 
 
+def test_fill_past_lengths_writes_only_each_rows_tail():
+    wide = torch.randn(5, 310)
+    out = wide[:, :300]  # strided rows, as DeepGEMM's padded output
+    lens = torch.tensor([0, 1, 299, 300, 150]).int()
+    want = wide.clone()
+    want[:, :300].masked_fill_(torch.arange(300)[None, :] >= lens[:, None].long(), float("-inf"))
+    indexer_logits.fill_past_lengths(out, lens)
+    assert torch.equal(wide, want)  # the padding past column 300 untouched
+
+
 def test_paged_logits_reject_lengths_that_are_not_one_per_token():
     q, w, pool, table, lens = _paged_inputs([20, 33], 2)
     with pytest.raises(ValueError, match="one length per query token"):
@@ -200,6 +210,27 @@ def test_gluon_paged_kernel_equals_the_triton_kernel_on_cuda(chunk, stages, over
     want = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, max_len, next_n, clean, config=cfg)
     visible = torch.arange(max_len, device="cuda")[None, :] < (max_len if clean else lens[:, None])
     assert torch.equal(torch.where(visible, got, 0.0), torch.where(visible, want, 0.0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("clean", [True, False])
+@pytest.mark.parametrize("next_n", [1, 2])
+def test_deepgemm_paged_logits_through_the_dispatch_match_the_reference(next_n, clean):
+    """DeepGEMM's paged logits as the dispatch calls them: its 2-D lengths, and the -inf past each
+    token's length filled by the dispatch (DeepGEMM 0.1.4 refuses to clean them on SM90)."""
+    pytest.importorskip("deep_gemm")
+    from dsa_kernels import dispatch
+
+    page, max_len = 64, 5000
+    q, w, pool, table, lens = _deepseek_paged_case(next_n)
+    out = dispatch.paged_indexer_logits(q, w, pool, table, lens, page_size=page, max_context_len=max_len,
+                                        next_n=next_n, clean_logits=clean, backend="deepgemm")
+    want = reference.paged_indexer_logits_ref(q, w, pool, table, lens, page, max_len, next_n)
+    visible = torch.arange(max_len, device="cuda")[None, :] < lens[:, None]
+    if clean:
+        assert torch.equal(torch.isfinite(want), torch.isfinite(out))
+    diff = torch.where(visible, out - want, 0.0).abs().max()
+    assert diff <= 1e-3 * torch.where(visible, want, 0.0).abs().max()  # fp8 MMA accumulation, as below
 
 
 @pytest.mark.gpu
