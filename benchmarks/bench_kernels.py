@@ -305,7 +305,7 @@ def indexer():
                 gbps = key_bytes / ms / 1e6
                 row("indexer", "triton paged", ms, **tag, GBps=round(gbps), copy_frac=round(gbps / RES["copy_GBps"], 3),
                     cfg=str(cfg))
-                # the default path (no config): Gluon (next_n 1, 2, 4) on Hopper where its grid is large enough
+                # the default path (no config): Gluon (next_n 1, 2, 4) on Hopper, key chunks sized to the grid
                 g_ours = bench_graph(lambda: indexer_logits.paged_indexer_logits(
                     q, w, pool, table, lens, PAGE, ctx, next_n, clean_logits=False))
                 gluon = indexer_logits.gluon_paged_config(q.device, batch, ctx, next_n, PAGE) is not None

@@ -133,7 +133,7 @@ def test_paged_logits_reject_lengths_that_are_not_one_per_token():
         indexer_logits.paged_indexer_logits(q, w, pool, table, lens[::2], PAGE, 40, 2)
 
 
-def test_gluon_paged_kernel_takes_large_grids_only():
+def test_gluon_paged_kernel_config_follows_the_grid():
     def cfg(keys_per_prog, stages, overlap, unrolled=False):
         return dict(KEYS_PER_PROG=keys_per_prog, STAGES=stages, OVERLAP=overlap, UNROLLED=unrolled)
 
@@ -141,16 +141,23 @@ def test_gluon_paged_kernel_takes_large_grids_only():
     assert indexer_gluon.gluon_config(128, 32768, 1, 132) == cfg(1024, 4, True)
     assert indexer_gluon.gluon_config(32, 32768, 1, 132)["KEYS_PER_PROG"] == 2048  # one wave of 2048-key programs
     assert indexer_gluon.gluon_config(128, 131072, 1, 132)["KEYS_PER_PROG"] == 1024  # no wave fits either
-    assert indexer_gluon.gluon_config(1, 32768, 1, 132) is None  # a few programs: the Triton kernel is faster
-    assert indexer_gluon.gluon_config(32, 4096, 1, 132) is None
-    # next_n 2 / 4: the longest chunk that still gives every SM a program; each program waits for
-    # its MMA once the grid has more than four programs an SM (at next_n 2 two tiles an iteration)
+    assert indexer_gluon.gluon_config(128, 4096, 1, 132)["KEYS_PER_PROG"] == 1024  # three programs an SM and more
+    # fewer: the longest chunk up to 512 keys that gives 1.5 programs an SM, else 64 keys
+    assert indexer_gluon.gluon_config(32, 4096, 1, 132) == cfg(512, 4, True)
+    assert indexer_gluon.gluon_config(8, 8192, 1, 132)["KEYS_PER_PROG"] == 256
+    assert indexer_gluon.gluon_config(1, 32768, 1, 132)["KEYS_PER_PROG"] == 128
+    assert indexer_gluon.gluon_config(1, 4096, 1, 132)["KEYS_PER_PROG"] == 64
+    # next_n 2 / 4: the longest chunk that still gives every SM a program (else 128 keys); each
+    # program waits for its MMA once the grid has more than four programs an SM (at next_n 2 two
+    # tiles an iteration)
     assert indexer_gluon.gluon_config(128, 32768, 2, 132) == cfg(2048, 2, False, unrolled=True)
     assert indexer_gluon.gluon_config(32, 32768, 2, 132) == cfg(2048, 4, True)
     assert indexer_gluon.gluon_config(128, 32768, 4, 132) == cfg(1024, 2, False)
     assert indexer_gluon.gluon_config(128, 4096, 4, 132) == cfg(1024, 4, True)
     assert indexer_gluon.gluon_config(32, 4096, 2, 132) == cfg(512, 4, True)
-    assert indexer_gluon.gluon_config(1, 32768, 2, 132) is None
+    assert indexer_gluon.gluon_config(2, 32768, 4, 132) == cfg(256, 4, True)
+    assert indexer_gluon.gluon_config(1, 32768, 2, 132) == cfg(128, 4, True)
+    assert indexer_gluon.gluon_config(1, 1024, 4, 132) == cfg(128, 4, True)
     assert indexer_gluon.gluon_config(128, 32768, 3, 132) is None  # no unit split for three tokens
 
 
@@ -195,10 +202,10 @@ def _deepseek_paged_case(next_n, seq=(4999, 1, 3001, 64, 2100)):
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "unclean"])
 @pytest.mark.parametrize("chunk, stages, overlap, unrolled", [
     *[(chunk, stages, overlap, False) for overlap in (True, False)
-      for chunk, stages in [(1024, 4), (2048, 3), (1024, 2), (128, 4)]],
+      for chunk, stages in [(1024, 4), (2048, 3), (1024, 2), (128, 4), (64, 4)]],
     (2048, 2, False, True), (1024, 4, False, True), (128, 2, False, True),
 ], ids=[*[f"{schedule}-{shape}" for schedule in ("overlapped", "one-mma-at-a-time")
-          for shape in ("1024", "2048", "two-stages", "fewer-tiles-than-stages")],
+          for shape in ("1024", "2048", "two-stages", "fewer-tiles-than-stages", "one-tile")],
         "unrolled-2048", "unrolled-four-stages", "unrolled-one-iteration"])
 def test_gluon_paged_kernel_equals_the_triton_kernel_on_cuda(chunk, stages, overlap, unrolled, clean, next_n):
     max_len = 5000
@@ -235,13 +242,15 @@ def test_deepgemm_paged_logits_through_the_dispatch_match_the_reference(next_n, 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("next_n", [1, 2, 4])
-def test_paged_logits_take_the_gluon_kernel_on_hopper_and_match_triton(next_n):
-    batch, ctx = 80, 16384  # next_n 2 / 4: more than four programs an SM, the one-MMA schedule
+@pytest.mark.parametrize("batch, ctx", [(80, 16384), (2, 5000)], ids=["large-grid", "small-grid"])
+def test_paged_logits_take_the_gluon_kernel_on_hopper_and_match_triton(next_n, batch, ctx):
     hopper = torch.cuda.get_device_capability() == (9, 0)
     gluon_cfg = indexer_logits.gluon_paged_config(torch.device("cuda"), batch, ctx, next_n, 64)
     assert (gluon_cfg is not None) == hopper
-    assert not hopper or gluon_cfg["OVERLAP"] == (next_n == 1)  # 640 / 1280 programs: > 4 an SM on any Hopper
-    assert not hopper or gluon_cfg["UNROLLED"] == (next_n == 2)
+    if hopper and batch == 80:  # next_n 2 / 4: 640 / 1280 programs, more than four an SM: the one-MMA schedule
+        assert gluon_cfg["OVERLAP"] == (next_n == 1) and gluon_cfg["UNROLLED"] == (next_n == 2)
+    if hopper and batch == 2:  # a few programs: one or two key tiles each
+        assert gluon_cfg["KEYS_PER_PROG"] == (64 if next_n == 1 else 128)
     q, w, pool, table, lens = _deepseek_paged_case(next_n, seq=[ctx - 3 * i for i in range(batch)])
     got = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, next_n)
     cfg = dict(indexer_logits.paged_config(batch, ctx, next_n, page_size=64))
