@@ -215,18 +215,19 @@ def runs_on(device: torch.device) -> bool:
 def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) -> dict | None:
     """Key chunk per program, pipeline depth and MMA schedule, or None where the Triton kernel serves.
 
-    From the H100 / H200 measurements in docs/PERFORMANCE.md (CUDA graphs). next_n 1: four programs
-    fit an SM (110 registers, 4 warps); one wave of 1024-key programs when it fits, else of 2048,
-    else 1024 keys. Grids that 1024-key programs would not give three programs an SM take the
-    longest chunk of at most 512 keys that gives 1.5 (else 64 keys): from batch 1 to 64 there
-    these were 1.04-1.45x faster than 1024-key programs or the Triton kernel. next_n 2 / 4: 2048 /
-    1024 keys, halved until every SM has a program (down to 128 keys, which were 1.12-1.47x faster
-    than the Triton kernel on smaller grids); two programs an SM that overlap each
-    MMA with the scoring of the one before (226 / 255 registers), except on grids of more than four
-    programs an SM, where programs that wait for each MMA (116 / 154 registers: four / three an SM;
-    two stages) hide more of the latency; at next_n 2 their loop takes both stages an iteration (118
-    registers), at next_n 4 that would take 182. next_n 3 has no unit split here and takes the
-    Triton kernel."""
+    From the H100 / H200 measurements in docs/PERFORMANCE.md (CUDA graphs).
+    - next_n 1: four programs fit an SM (110 registers, 4 warps); one wave of 1024-key programs
+      when it fits, else of 2048, else 1024 keys. Grids that 1024-key programs would not give three
+      programs an SM take the longest chunk of at most 512 keys that gives 1.5 (else 64 keys): 1.04-
+      1.6x faster there than 1024-key programs or the Triton kernel (H100, batch 1 to 64).
+    - next_n 2 / 4: 2048 / 1024 keys, halved until every SM has a program (down to 256), else 128
+      keys if that gives half the SMs one, else 64 (1.1-1.5x faster there than the Triton kernel).
+      Two programs an SM that overlap each MMA with the scoring of the one before (226 / 255
+      registers), except on grids of more than four programs an SM, where programs that wait for
+      each MMA (116 / 154 registers: four / three an SM; two stages) hide more of the latency; at
+      next_n 2 their loop takes both stages an iteration (118 registers), at next_n 4 that would
+      take 182.
+    - next_n 3 has no unit split here and takes the Triton kernel."""
     def programs(kpp):
         return batch * triton.cdiv(max_context_len, kpp)
 
@@ -239,7 +240,7 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
     if next_n not in (2, 4):
         return None
     kpp = next((k for k in (2048, 1024, 512, 256) if k <= (2048 if next_n == 2 else 1024) and programs(k) >= num_sms),
-               128)
+               128 if 2 * programs(128) >= num_sms else 64)
     if programs(kpp) > 4 * num_sms:
         return dict(KEYS_PER_PROG=kpp, STAGES=2, OVERLAP=False, UNROLLED=next_n == 2)
     return dict(KEYS_PER_PROG=kpp, STAGES=4, OVERLAP=True, UNROLLED=False)
