@@ -166,13 +166,28 @@ def _register_cuda_overrides() -> torch.library.Library:
     return library  # kept alive by the cache: dropping the Library would undo the overrides
 
 
+_ENABLED = False  # set by enable_batch_invariant_mode on CUDA, for the whole process
+
+
 def enable_batch_invariant_mode(device: torch.device) -> None:
-    """Route this process's CUDA GEMMs and sum/mean reductions through the kernels above.
+    """Route this process's CUDA GEMMs and sum/mean reductions through the kernels above, and have
+    the dispatch keep sparse MLA on kernels whose rows do not depend on the batch (`enabled`).
 
     On the CPU nothing changes: torch's CPU GEMMs and reductions already gave batch-invariant
     greedy output in the project's tests (float32)."""
+    global _ENABLED
     if torch.device(device).type != "cuda":
         log.info("batch_invariant: %s kernels are left as they are", device)
         return
     _register_cuda_overrides()
-    log.info("batch_invariant: CUDA mm/addmm/bmm/sum/mean use fixed-order Triton kernels")
+    _ENABLED = True
+    log.info("batch_invariant: CUDA mm/addmm/bmm/sum/mean use fixed-order Triton kernels; sparse MLA takes "
+             "our kernel at a split set by top-k alone")
+
+
+def enabled() -> bool:
+    """Whether this process is in batch-invariant mode. Sparse MLA splits top-k by the grid's size,
+    and a row merged from two splits rounds differently from one merged from 32, so under this mode
+    kernels/sparse_mla.py splits by top-k alone and the dispatch leaves FlashMLA aside (its
+    decode schedule follows the batch too)."""
+    return _ENABLED

@@ -2,7 +2,8 @@
 kernels otherwise on a GPU, the PyTorch references on the CPU.
 
 `backend` picks one explicitly ("reference", "triton", "deepgemm", "flashmla"); "auto" (the
-default) follows the order above. A library that is absent, fails to load, or refuses a shape is
+default) follows the order above, except that under batch-invariant mode (kernels/batch_invariant.py)
+sparse MLA keeps to our kernel. A library that is absent, fails to load, or refuses a shape is
 never an error under "auto": the call falls through to Triton (logged once per reason).
 """
 
@@ -28,6 +29,17 @@ def _library(name: str):
     except Exception as exc:  # noqa: BLE001 - a broken optional extension must not break serving
         log.info("%s unavailable: %s", name, exc)
         return None
+
+
+def _unless_batch_invariant(choice: str, backend: str) -> str:
+    """Sparse MLA's choice, kept to our kernel under batch-invariant mode when "auto" picked FlashMLA:
+    its decode schedule follows the batch, and a decode token in a mixed (extend) batch takes the
+    prefill entry where alone it takes the decode one, so both entries must run one kernel."""
+    if choice != "flashmla" or backend != "auto":
+        return choice
+    from .batch_invariant import enabled  # imports Triton: only asked on CUDA
+
+    return "triton" if enabled() else choice
 
 
 def _hopper_or_newer(t: torch.Tensor) -> bool:
@@ -237,7 +249,7 @@ def sparse_mla_decode(q, kv_pool, indices, sm_scale: float, *, backend: str = "a
     FlashMLA's sparse decode reads only the FP8 layout; a bf16 pool goes to Triton.
     """
     fp8 = kv_pool.dtype == torch.uint8
-    choice = _choose(q, backend, "flashmla" if fp8 else None)
+    choice = _unless_batch_invariant(_choose(q, backend, "flashmla" if fp8 else None), backend)
     if choice == "reference":
         out, lse = ref.sparse_mla_ref(q, kv_pool, indices, sm_scale)
         return out.to(torch.bfloat16), lse
@@ -294,7 +306,7 @@ def sparse_mla_prefill(q, kv, indices, sm_scale: float, *, backend: str = "auto"
 
     Returns (out [Nq, H, 512] bf16, lse [Nq, H] fp32, natural log).
     """
-    choice = _choose(q, backend, "flashmla")
+    choice = _unless_batch_invariant(_choose(q, backend, "flashmla"), backend)
     if choice == "reference":
         out, lse = ref.sparse_mla_ref(q, kv, indices, sm_scale)
         return out.to(torch.bfloat16), lse

@@ -21,6 +21,7 @@ import triton.language as tl
 
 from dsa_backend.cache.layout import KV_LORA_RANK, MLA_FP8_BYTES, ROPE_DIM
 
+from . import batch_invariant
 from .cache_store import _to_bf16
 from .triton_dot import INTERPRET, dot
 
@@ -30,6 +31,10 @@ try:
 except (ImportError, AttributeError):  # a Triton without Gluon's Hopper API: the Triton kernel serves
     sparse_mla_gluon = None
 _GLUON = "the Gluon sparse MLA kernel"
+# Under batch-invariant mode every row splits top-k into pieces of this many keys, whatever the
+# batch: 4 splits of 2048 cost 1.0-2.4x the default split on an H100 (docs/PERFORMANCE.md,
+# "Sparse MLA under batch-invariant mode").
+INVARIANT_KEYS_PER_SPLIT = 512
 
 _LOG2E = 1.4426950408889634
 _LN2 = tl.constexpr(0.6931471805599453)  # lse leaves in natural log
@@ -161,13 +166,16 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     From the H200 runs in docs/PERFORMANCE.md: 64-head, 64-key tiles on 8 warps, one pipeline stage
     (in CUDA graphs 2-10% faster than two or three for decode; two stages do not fit shared memory
     for prefill). Grids that cannot fill the SMs split top-k into at most one wave of programs, down
-    to 64 keys per split (the merge is one small extra launch).
+    to 64 keys per split (the merge is one small extra launch). Under batch-invariant mode the split
+    is set by top-k alone (INVARIANT_KEYS_PER_SPLIT), so that a row is merged the same way in any batch.
     """
     block_h = 64 if heads % 64 == 0 else 16
-    programs = n * (heads // block_h)
-    split = 1
-    while programs * split * 2 <= num_sms and topk // (split * 2) >= 64:
-        split *= 2
+    if batch_invariant.enabled():  # a row's merge must not follow the batch: a split set by top-k alone
+        split = max(1, topk // INVARIANT_KEYS_PER_SPLIT)
+    else:
+        programs, split = n * (heads // block_h), 1
+        while programs * split * 2 <= num_sms and topk // (split * 2) >= 64:
+            split *= 2
     return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, num_warps=8, num_stages=1)
 
 

@@ -1,5 +1,7 @@
 """The dispatch layer: references on the CPU, clear errors for missing metadata, no hard deps."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -122,3 +124,23 @@ def test_flashmla_decode_enters_a_graph_only_after_an_eager_call_of_its_shape(ca
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, want)
+
+
+def test_batch_invariant_mode_keeps_flashmla_out_of_auto(monkeypatch):
+    """FlashMLA's decode schedule follows the batch, and a decode token in a mixed batch takes the
+    prefill entry: under the mode both entries run our kernel (as here on a Hopper with FlashMLA)."""
+    from dsa_kernels import batch_invariant, sparse_mla
+
+    monkeypatch.setattr(dispatch, "_choose", lambda t, backend, library: library or "triton")
+    monkeypatch.setattr(dispatch, "_flashmla_schedule_ready", lambda *args: True)
+    monkeypatch.setattr(dispatch, "_flashmla_decode", lambda *args: ("flashmla", None))
+    monkeypatch.setattr(dispatch, "_library", lambda name: SimpleNamespace(flash_mla_sparse_fwd=lambda *a, **k: (
+        "flashmla", None, None)))
+    monkeypatch.setattr(sparse_mla, "sparse_mla", lambda *args, **kwargs: ("ours", None))
+    q, pool, idx = torch.zeros(2, 64, 576), torch.zeros(128, 656, dtype=torch.uint8), torch.zeros(2, 2048)
+    assert dispatch.sparse_mla_decode(q, pool, idx, 0.1)[0] == "flashmla"
+    assert dispatch.sparse_mla_prefill(q, torch.zeros(128, 576), idx, 0.1)[0] == "flashmla"
+    monkeypatch.setattr(batch_invariant, "_ENABLED", True)
+    assert dispatch.sparse_mla_decode(q, pool, idx, 0.1)[0] == "ours"
+    assert dispatch.sparse_mla_prefill(q, torch.zeros(128, 576), idx, 0.1)[0] == "ours"
+    assert dispatch.sparse_mla_decode(q, pool, idx, 0.1, backend="flashmla")[0] == "flashmla"  # named: as asked

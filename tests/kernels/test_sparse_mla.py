@@ -12,7 +12,7 @@ import torch
 import triton
 from triton.compiler.errors import CompilationError
 
-from dsa_kernels import cache_store, gluon_compat, reference, sparse_mla
+from dsa_kernels import batch_invariant, cache_store, dispatch, gluon_compat, reference, sparse_mla
 
 
 SLOTS, HEADS, TOPK, SCALE = 90, 32, 40, 576**-0.5
@@ -85,6 +85,15 @@ def test_grids_that_cover_the_sms_are_not_split():
     for batch, heads in ((128, 128), (4096, 128), (4096, 64)):
         cfg = sparse_mla.mla_config(batch, heads, 2048, num_sms=132)
         assert cfg["SPLIT"] == 1 and heads % cfg["BLOCK_H"] == 0
+
+
+def test_batch_invariant_mode_splits_topk_by_its_length_alone(monkeypatch):
+    # the default split falls with the batch (32 for one row, 1 from 66), and a row merged from 32
+    # splits rounds differently from one merged from 1: under the mode every batch gets the same
+    monkeypatch.setattr(batch_invariant, "_ENABLED", True)
+    for batch in (1, 4, 32, 128, 4096):
+        assert sparse_mla.mla_config(batch, 128, 2048, num_sms=132)["SPLIT"] == 2048 // sparse_mla.INVARIANT_KEYS_PER_SPLIT
+    assert sparse_mla.mla_config(1, 128, 64)["SPLIT"] == 1
 
 
 def test_merge_programs_load_at_most_2048_values_in_whole_column_blocks():
@@ -161,3 +170,24 @@ def test_gluon_kernel_matches_the_reference_on_hopper(fp8, heads, topk, split):
     tri, _ = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(sparse_mla.mla_config(5, heads, topk), SPLIT=split),
                                    gluon=False)
     assert relative_error(out.float(), tri.float()) < 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fp8", [True, False], ids=["fp8", "bf16"])
+def test_batch_invariant_mode_gives_a_row_the_same_bits_in_any_batch(monkeypatch, fp8):
+    """DeepSeek-V3.2's 128 heads and top-k 2048, through the dispatch as the engine calls it: without
+    the mode a row alone (split 32, or FlashMLA's schedule) and among 32 (split 2) differ in the
+    last bits (docs/PERFORMANCE.md, "Sparse MLA under batch-invariant mode")."""
+    monkeypatch.setattr(batch_invariant, "_ENABLED", True)
+    slots = 1 << 16
+    pool = torch.zeros(slots, 656 if fp8 else 576, dtype=torch.uint8 if fp8 else torch.bfloat16, device="cuda")
+    cache_store.store_mla(pool, torch.randn(slots, 512, device="cuda"), torch.randn(slots, 64, device="cuda"),
+                          torch.arange(slots, device="cuda"))
+    q = (torch.randn(32, 128, 576, device="cuda") * 0.5).to(torch.bfloat16)
+    idx = torch.stack([torch.randperm(slots, device="cuda")[:2048] for _ in range(32)]).int()
+    idx[3, 1000:] = -1  # a short row
+    whole = dispatch.sparse_mla_decode(q, pool, idx, SCALE)[0]
+    for n in (1, 5):
+        assert torch.equal(dispatch.sparse_mla_decode(q[:n], pool, idx[:n], SCALE)[0], whole[:n])
+    if not fp8:  # a decode token in a mixed batch takes the prefill entry (KernelDsaBackend.sparse_mla)
+        assert torch.equal(dispatch.sparse_mla_prefill(q[:5], pool, idx[:5], SCALE)[0], whole[:5])
