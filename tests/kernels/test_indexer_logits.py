@@ -148,9 +148,8 @@ def test_gluon_paged_kernel_config_follows_the_grid():
     assert indexer_gluon.gluon_config(1, 32768, 1, 132)["KEYS_PER_PROG"] == 128
     assert indexer_gluon.gluon_config(1, 4096, 1, 132)["KEYS_PER_PROG"] == 64
     # next_n 2 / 4: the longest chunk that still gives every SM a program (else 128 keys if half
-    # the SMs get one, else 64); each
-    # program waits for its MMA once the grid has more than four programs an SM (at next_n 2 two
-    # tiles an iteration)
+    # the SMs get one, else 64); each program waits for its MMA once the grid has more than four
+    # programs an SM (at next_n 2 two tiles an iteration)
     assert indexer_gluon.gluon_config(128, 32768, 2, 132) == cfg(2048, 2, False, unrolled=True)
     assert indexer_gluon.gluon_config(32, 32768, 2, 132) == cfg(2048, 4, True)
     assert indexer_gluon.gluon_config(128, 32768, 4, 132) == cfg(1024, 2, False)
