@@ -35,6 +35,7 @@ _GLUON = "the Gluon sparse MLA kernel"
 # batch: 4 splits of 2048 cost 1.0-2.4x the default split on an H100 (docs/PERFORMANCE.md,
 # "Sparse MLA under batch-invariant mode").
 INVARIANT_KEYS_PER_SPLIT = 512
+PARTIAL_BYTES = 256 << 20  # at most this much of fp32 partial results in flight (sparse_mla)
 
 _LOG2E = 1.4426950408889634
 _LN2 = tl.constexpr(0.6931471805599453)  # lse leaves in natural log
@@ -235,30 +236,41 @@ def sparse_mla(
         views = (kv_pool, kv_pool, kv_pool)
         stride_kv = kv_pool.stride(0)
     keys_per_split = triton.cdiv(triton.cdiv(topk, split), block_n) * block_n
-    part, part_lse = out, lse
-    if split > 1:
-        part = torch.empty(n, split, heads, KV_LORA_RANK, device=q.device, dtype=torch.float32)
-        part_lse = torch.empty(n, split, heads, device=q.device, dtype=torch.float32)
 
-    def triton_kernel():  # also the Gluon kernel's fallback: mla_config's 64-key tiles divide keys_per_split
-        _sparse_mla_kernel[(n * split * (heads // cfg["BLOCK_H"]),)](
-            q, q.stride(0), q.stride(1), *views, stride_kv, kv_pool.shape[0], indices, indices.stride(0), topk,
-            part, part_lse, sm_scale * _LOG2E, keys_per_split, split,
-            H=heads, FP8=fp8, PARTIAL=split > 1, UPCAST=INTERPRET, **cfg,
-        )
+    def attend(q, indices, out, lse):  # these rows; split > 1 merges its partials into out, lse
+        rows = q.shape[0]
+        part, part_lse = out, lse
+        if split > 1:
+            part = torch.empty(rows, split, heads, KV_LORA_RANK, device=q.device, dtype=torch.float32)
+            part_lse = torch.empty(rows, split, heads, device=q.device, dtype=torch.float32)
 
-    def gluon_kernel():
-        sparse_mla_gluon.launch(q, views, stride_kv, kv_pool.shape[0], indices, topk, part, part_lse,
-                                sm_scale * _LOG2E, keys_per_split, split, fp8)
+        def triton_kernel():  # also the Gluon kernel's fallback: mla_config's 64-key tiles divide keys_per_split
+            _sparse_mla_kernel[(rows * split * (heads // cfg["BLOCK_H"]),)](
+                q, q.stride(0), q.stride(1), *views, stride_kv, kv_pool.shape[0], indices, indices.stride(0), topk,
+                part, part_lse, sm_scale * _LOG2E, keys_per_split, split,
+                H=heads, FP8=fp8, PARTIAL=split > 1, UPCAST=INTERPRET, **cfg,
+            )
 
-    if not gluon:
-        triton_kernel()
-    elif chosen:
-        with_fallback(_GLUON, gluon_kernel, triton_kernel)
-    else:
-        gluon_kernel()
-    if split > 1:
-        merge = merge_config(split)
-        _merge_splits_kernel[(n * heads * (KV_LORA_RANK // merge["BLOCK_D"]),)](
-            part, part_lse, out, lse, split, H=heads, SPLITS=triton.next_power_of_2(split), **merge)
+        def gluon_kernel():
+            sparse_mla_gluon.launch(q, views, stride_kv, kv_pool.shape[0], indices, topk, part, part_lse,
+                                    sm_scale * _LOG2E, keys_per_split, split, fp8)
+
+        if not gluon:
+            triton_kernel()
+        elif chosen:
+            with_fallback(_GLUON, gluon_kernel, triton_kernel)
+        else:
+            gluon_kernel()
+        if split > 1:
+            merge = merge_config(split)
+            _merge_splits_kernel[(rows * heads * (KV_LORA_RANK // merge["BLOCK_D"]),)](
+                part, part_lse, out, lse, split, H=heads, SPLITS=triton.next_power_of_2(split), **merge)
+
+    # Split rows keep fp32 partials. A long run of them (a prefill chunk under batch-invariant mode,
+    # where the split does not fall with the rows) goes in slices that bound those to
+    # PARTIAL_BYTES; each row's arithmetic is the same in any slice.
+    step = n if split == 1 else max(1, PARTIAL_BYTES // (split * heads * KV_LORA_RANK * 4))
+    for first in range(0, n, step):
+        rows = slice(first, first + step)
+        attend(q[rows], indices[rows], out[rows], lse[rows])
     return out, lse

@@ -96,6 +96,15 @@ def test_batch_invariant_mode_splits_topk_by_its_length_alone(monkeypatch):
     assert sparse_mla.mla_config(1, 128, 64)["SPLIT"] == 1
 
 
+def test_split_rows_go_in_slices_that_bound_their_partials_and_round_the_same(monkeypatch):
+    q = (torch.randn(3, HEADS, 576) * 2).to(torch.bfloat16)
+    pool, idx = _pool(True), _indices(3)
+    whole = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(TILES, SPLIT=2))
+    monkeypatch.setattr(sparse_mla, "PARTIAL_BYTES", 2 * HEADS * 512 * 4)  # one row's partials
+    sliced = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(TILES, SPLIT=2))
+    assert torch.equal(sliced[0], whole[0]) and torch.equal(sliced[1], whole[1])
+
+
 def test_merge_programs_load_at_most_2048_values_in_whole_column_blocks():
     for split in (2, 3, 4, 8, 16, 32, 64):
         cfg = sparse_mla.merge_config(split)
@@ -183,11 +192,11 @@ def test_batch_invariant_mode_gives_a_row_the_same_bits_in_any_batch(monkeypatch
     pool = torch.zeros(slots, 656 if fp8 else 576, dtype=torch.uint8 if fp8 else torch.bfloat16, device="cuda")
     cache_store.store_mla(pool, torch.randn(slots, 512, device="cuda"), torch.randn(slots, 64, device="cuda"),
                           torch.arange(slots, device="cuda"))
-    q = (torch.randn(32, 128, 576, device="cuda") * 0.5).to(torch.bfloat16)
-    idx = torch.stack([torch.randperm(slots, device="cuda")[:2048] for _ in range(32)]).int()
+    q = (torch.randn(600, 128, 576, device="cuda") * 0.5).to(torch.bfloat16)
+    idx = torch.stack([torch.randperm(slots, device="cuda")[:2048] for _ in range(600)]).int()
     idx[3, 1000:] = -1  # a short row
-    whole = dispatch.sparse_mla_decode(q, pool, idx, SCALE)[0]
-    for n in (1, 5):
-        assert torch.equal(dispatch.sparse_mla_decode(q[:n], pool, idx[:n], SCALE)[0], whole[:n])
+    whole = dispatch.sparse_mla_decode(q[:32], pool, idx[:32], SCALE)[0]
+    for n in (1, 5, 600):  # 600 rows: a prefill chunk's, in slices of 256 (PARTIAL_BYTES)
+        assert torch.equal(dispatch.sparse_mla_decode(q[:n], pool, idx[:n], SCALE)[0][:32], whole[:n])
     if not fp8:  # a decode token in a mixed batch takes the prefill entry (KernelDsaBackend.sparse_mla)
         assert torch.equal(dispatch.sparse_mla_prefill(q[:5], pool, idx[:5], SCALE)[0], whole[:5])
