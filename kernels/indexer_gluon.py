@@ -1,9 +1,10 @@
-"""Paged indexer logits for decode, verify and draft-extend (next_n 1, 2, 4) on Hopper, in Gluon:
-the MMA of one key tile runs while the program scores the one before, or, on large grids, while
-other programs on the SM score theirs.
+"""Paged indexer logits for decode, verify and draft-extend on Hopper, in Gluon: the MMA of one
+key tile runs while the program scores the one before, or, on large grids, while other programs on
+the SM score theirs.
 
-Same contract and output as kernels/indexer_logits.py's paged kernel, bit for bit. One program
-walks one request's pages for all of its next_n tokens. Each 64-key tile (inside one page, so
+Same contract and output as kernels/indexer_logits.py's paged kernel, bit for bit. At next_n 1, 2
+and 4 one program walks one request's pages for all of its next_n tokens; at any other next_n each
+token has programs of its own (ONE_TOKEN), which find the request's table row as token // next_n. Each 64-key tile (inside one page, so
 page_size % 64 == 0) arrives with its 64 scales by two TMA copies on one mbarrier, STAGES tiles
 ahead, and meets the tokens in MMA units of up to two tokens (N = 64 or 128; next_n 4 takes two
 units a tile). Two schedules (OVERLAP):
@@ -92,8 +93,8 @@ def _score(acc, w0, w1, sc, lens0, lens1, group: gl.constexpr, first, out_rows, 
 def _paged_logits_kernel(
     q_ptr, w_ptr, keys, scales, bt_ptr, stride_bt, bt_width, lens_ptr, out_ptr, stride_out, max_len,
     H: gl.constexpr, PAGE: gl.constexpr, BLOCK: gl.constexpr, KEYS_PER_PROG: gl.constexpr, STAGES: gl.constexpr,
-    NEXT_N: gl.constexpr, CLEAN: gl.constexpr, EVICT: gl.constexpr, OVERLAP: gl.constexpr, UNROLLED: gl.constexpr,
-    num_warps: gl.constexpr,
+    NEXT_N: gl.constexpr, TOKENS_PER_REQ: gl.constexpr, CLEAN: gl.constexpr, EVICT: gl.constexpr,
+    OVERLAP: gl.constexpr, UNROLLED: gl.constexpr, num_warps: gl.constexpr,
 ):
     # each key tile meets the request's NEXT_N tokens in GROUPS MMA units of GROUP tokens
     GROUP: gl.constexpr = 1 if NEXT_N == 1 else 2
@@ -106,16 +107,15 @@ def _paged_logits_kernel(
     QL: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [num_warps, 1], [1, 0])
     N_TILES: gl.constexpr = KEYS_PER_PROG // BLOCK
     UNITS: gl.constexpr = N_TILES * GROUPS
-    req = gl.program_id(0)
     start = gl.program_id(1) * KEYS_PER_PROG
-    tok = req * NEXT_N
+    tok = gl.program_id(0) * NEXT_N  # the program's first token; its request's are TOKENS_PER_REQ a table row
     # Everything the first MMA needs is loaded at once, before any of it is used: the lengths, q,
     # the weights and the first STAGES + 1 tiles' pages (masked by the table's width, not by the
     # lengths, so that these loads do not wait for them): one memory round trip, then the TMAs.
     token = gl.arange(0, GROUP, layout=gl.SliceLayout(0, STORE))
     lens0 = gl.load(lens_ptr + tok + token)
     lens1 = gl.load(lens_ptr + tok + (GROUPS - 1) * GROUP + token)
-    bt_row = bt_ptr + req.to(gl.int64) * stride_bt
+    bt_row = bt_ptr + (tok // TOKENS_PER_REQ).to(gl.int64) * stride_bt
     gl.static_assert(STAGES < 8)
     ahead = gl.arange(0, 8, layout=gl.BlockedLayout([1], [32], [num_warps], [0]))
     first_pages = gl.load(bt_row + (start + ahead * BLOCK) // PAGE,
@@ -212,8 +212,8 @@ def runs_on(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
-def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) -> dict | None:
-    """Key chunk per program, pipeline depth and MMA schedule, or None where the Triton kernel serves.
+def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) -> dict:
+    """Key chunk per program, pipeline depth and MMA schedule.
 
     From the H100 / H200 measurements in docs/PERFORMANCE.md (CUDA graphs).
     - next_n 1: four programs fit an SM (110 registers, 4 warps); one wave of 1024-key programs
@@ -227,7 +227,10 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
       each MMA (116 / 154 registers: four / three an SM; two stages) hide more of the latency; at
       next_n 2 their loop takes both stages an iteration (118 registers), at next_n 4 that would
       take 182.
-    - next_n 3 has no unit split here and takes the Triton kernel."""
+    - Any other next_n (3, or 5 and up) takes one program a query token (ONE_TOKEN): next_n 1's
+      programs over batch * next_n rows, a request's tokens reading its pages in programs side by
+      side, the repeats from L2. 1.3-1.7x faster than the Triton kernel at next_n 3 (H100, batch 1
+      to 128); at next_n 2 / 4 0.76-1.14x the programs above, so those keep theirs."""
     def programs(kpp):
         return batch * triton.cdiv(max_context_len, kpp)
 
@@ -238,7 +241,7 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
             kpp = next((k for k in (512, 256, 128) if 2 * programs(k) >= 3 * num_sms), 64)
         return dict(KEYS_PER_PROG=kpp, STAGES=4, OVERLAP=True, UNROLLED=False)
     if next_n not in (2, 4):
-        return None
+        return dict(gluon_config(batch * next_n, max_context_len, 1, num_sms), ONE_TOKEN=True)
     kpp = next((k for k in (2048, 1024, 512, 256) if k <= (2048 if next_n == 2 else 1024) and programs(k) >= num_sms),
                128 if 2 * programs(128) >= num_sms else 64)
     if programs(kpp) > 4 * num_sms:
@@ -266,10 +269,12 @@ def paged_indexer_logits(q_fp8, weights, keys, scales, block_table, context_lens
         [1, BLOCK_K, INDEX_HEAD_DIM], gl.float8e4nv))
     scale_tiles = TensorDescriptor.from_tensor(scales, [1, BLOCK_K],
                                                gl.NVMMASharedLayout.get_default_for([1, BLOCK_K], gl.float32))
-    grid = (n // next_n, triton.cdiv(max_context_len, config["KEYS_PER_PROG"]))
+    config = dict(config)
+    per_program = 1 if config.pop("ONE_TOKEN", False) else next_n
+    grid = (n // per_program, triton.cdiv(max_context_len, config["KEYS_PER_PROG"]))
     _paged_logits_kernel[grid](
         q_fp8, weights, key_tiles, scale_tiles, block_table, block_table.stride(0), block_table.shape[1], context_lens,
-        out, out.stride(0), max_context_len, H=heads, PAGE=keys.shape[1], BLOCK=BLOCK_K, NEXT_N=next_n,
-        CLEAN=clean_logits, EVICT=_logits_eviction(out), num_warps=4, **config,
+        out, out.stride(0), max_context_len, H=heads, PAGE=keys.shape[1], BLOCK=BLOCK_K, NEXT_N=per_program,
+        TOKENS_PER_REQ=next_n, CLEAN=clean_logits, EVICT=_logits_eviction(out), num_warps=4, **config,
     )
     return out

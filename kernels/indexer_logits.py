@@ -177,8 +177,8 @@ def gluon_paged_runs(device: torch.device, page_size: int = 64) -> bool:
 
 def gluon_paged_config(device: torch.device, batch: int, max_context_len: int, next_n: int,
                        page_size: int) -> dict | None:
-    """The Gluon kernel's config where the default path takes it (next_n 1, 2, 4 on Hopper), else
-    None."""
+    """The Gluon kernel's config where the default path takes it (Hopper, pages of whole 64-key
+    tiles), else None."""
     if not gluon_paged_runs(device, page_size):
         return None
     sms = torch.cuda.get_device_properties(device).multi_processor_count
@@ -195,8 +195,8 @@ def paged_indexer_logits(
     block_table [N // next_n, max_pages] int32 (a per-token [N, ...] table is strided down);
     context_lens [N] or [N, 1] int32, each token's own causal length. clean_logits=False leaves
     columns past the request's longest token unwritten (top-k never reads them). Without an
-    explicit config, next_n 1, 2 and 4 on Hopper run kernels/indexer_gluon.py's kernel, in key
-    chunks sized to the grid; the output is the same bit for bit.
+    explicit config, Hopper runs kernels/indexer_gluon.py's kernel, in key chunks sized to the
+    grid; the output is the same bit for bit.
     """
     _check_q(q_fp8, weights)
     n, heads, _ = q_fp8.shape
