@@ -2,9 +2,10 @@
 key tile runs while the program scores the one before, or, on large grids, while other programs on
 the SM score theirs.
 
-Same contract and output as kernels/indexer_logits.py's paged kernel, bit for bit. At next_n 1, 2
-and 4 one program walks one request's pages for all of its next_n tokens; at any other next_n each
-token has programs of its own (ONE_TOKEN), which find the request's table row as token // next_n. Each 64-key tile (inside one page, so
+Same contract and output as kernels/indexer_logits.py's paged kernel, bit for bit. A program walks
+one request's pages for NEXT_N of its tokens: all of them at next_n 1, 2 and 4; at other next_n
+one or two (TOKENS_A_PROGRAM), a request's programs side by side in the grid, so that their reads
+of its pages after the first come from L2. Each 64-key tile (inside one page, so
 page_size % 64 == 0) arrives with its 64 scales by two TMA copies on one mbarrier, STAGES tiles
 ahead, and meets the tokens in MMA units of up to two tokens (N = 64 or 128; next_n 4 takes two
 units a tile). Two schedules (OVERLAP):
@@ -108,14 +109,18 @@ def _paged_logits_kernel(
     N_TILES: gl.constexpr = KEYS_PER_PROG // BLOCK
     UNITS: gl.constexpr = N_TILES * GROUPS
     start = gl.program_id(1) * KEYS_PER_PROG
-    tok = gl.program_id(0) * NEXT_N  # the program's first token; its request's are TOKENS_PER_REQ a table row
+    # A request's TOKENS_PER_REQ tokens go to PROGRAMS_PER_REQ programs of NEXT_N; the last one's
+    # run ends at the request's last token, so it may repeat tokens of the one before.
+    PROGRAMS_PER_REQ: gl.constexpr = (TOKENS_PER_REQ + NEXT_N - 1) // NEXT_N
+    req = gl.program_id(0) // PROGRAMS_PER_REQ
+    tok = req * TOKENS_PER_REQ + gl.minimum(gl.program_id(0) % PROGRAMS_PER_REQ * NEXT_N, TOKENS_PER_REQ - NEXT_N)
     # Everything the first MMA needs is loaded at once, before any of it is used: the lengths, q,
     # the weights and the first STAGES + 1 tiles' pages (masked by the table's width, not by the
     # lengths, so that these loads do not wait for them): one memory round trip, then the TMAs.
     token = gl.arange(0, GROUP, layout=gl.SliceLayout(0, STORE))
     lens0 = gl.load(lens_ptr + tok + token)
     lens1 = gl.load(lens_ptr + tok + (GROUPS - 1) * GROUP + token)
-    bt_row = bt_ptr + (tok // TOKENS_PER_REQ).to(gl.int64) * stride_bt
+    bt_row = bt_ptr + req.to(gl.int64) * stride_bt
     gl.static_assert(STAGES < 8)
     ahead = gl.arange(0, 8, layout=gl.BlockedLayout([1], [32], [num_warps], [0]))
     first_pages = gl.load(bt_row + (start + ahead * BLOCK) // PAGE,
@@ -227,10 +232,12 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
       each MMA (116 / 154 registers: four / three an SM; two stages) hide more of the latency; at
       next_n 2 their loop takes both stages an iteration (118 registers), at next_n 4 that would
       take 182.
-    - Any other next_n (3, or 5 and up) takes one program a query token (ONE_TOKEN): next_n 1's
-      programs over batch * next_n rows, a request's tokens reading its pages in programs side by
-      side, the repeats from L2. 1.3-1.7x faster than the Triton kernel at next_n 3 (H100, batch 1
-      to 128); at next_n 2 / 4 0.76-1.14x the programs above, so those keep theirs."""
+    - Any other next_n takes programs of one token (next_n 1's config over batch * next_n rows),
+      or of two (next_n 2's over batch * ceil(next_n / 2) requests) from next_n 5 where those are
+      more than four an SM, and at every even next_n from 6: a request's pages are read once a
+      program, the repeats from L2, which bounds the one-token programs on large grids. 1.3-1.7x
+      faster than the Triton kernel at next_n 3, 1.3-2.3x above 4 (H100, batch 1 to 128).
+      next_n 2 and 4 in such programs took 0.75-1.14x the time of their own."""
     def programs(kpp):
         return batch * triton.cdiv(max_context_len, kpp)
 
@@ -241,7 +248,10 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
             kpp = next((k for k in (512, 256, 128) if 2 * programs(k) >= 3 * num_sms), 64)
         return dict(KEYS_PER_PROG=kpp, STAGES=4, OVERLAP=True, UNROLLED=False)
     if next_n not in (2, 4):
-        return dict(gluon_config(batch * next_n, max_context_len, 1, num_sms), ONE_TOKEN=True)
+        pairs = gluon_config(batch * triton.cdiv(next_n, 2), max_context_len, 2, num_sms)
+        if next_n > 4 and (next_n % 2 == 0 or not pairs["OVERLAP"]):  # not OVERLAP: > 4 programs an SM
+            return dict(pairs, TOKENS_A_PROGRAM=2)
+        return dict(gluon_config(batch * next_n, max_context_len, 1, num_sms), TOKENS_A_PROGRAM=1)
     kpp = next((k for k in (2048, 1024, 512, 256) if k <= (2048 if next_n == 2 else 1024) and programs(k) >= num_sms),
                128 if 2 * programs(128) >= num_sms else 64)
     if programs(kpp) > 4 * num_sms:
@@ -270,8 +280,8 @@ def paged_indexer_logits(q_fp8, weights, keys, scales, block_table, context_lens
     scale_tiles = TensorDescriptor.from_tensor(scales, [1, BLOCK_K],
                                                gl.NVMMASharedLayout.get_default_for([1, BLOCK_K], gl.float32))
     config = dict(config)
-    per_program = 1 if config.pop("ONE_TOKEN", False) else next_n
-    grid = (n // per_program, triton.cdiv(max_context_len, config["KEYS_PER_PROG"]))
+    per_program = config.pop("TOKENS_A_PROGRAM", next_n)
+    grid = (n // next_n * triton.cdiv(next_n, per_program), triton.cdiv(max_context_len, config["KEYS_PER_PROG"]))
     _paged_logits_kernel[grid](
         q_fp8, weights, key_tiles, scale_tiles, block_table, block_table.stride(0), block_table.shape[1], context_lens,
         out, out.stride(0), max_context_len, H=heads, PAGE=keys.shape[1], BLOCK=BLOCK_K, NEXT_N=per_program,

@@ -51,7 +51,7 @@ def sparse_mla(fp8: bool, partial: bool) -> dict:
                 setmaxnreg="setmaxnreg" in ptx, ptxas_warnings=warnings)
 
 
-def paged_indexer(next_n: int, overlap: bool, unrolled: bool = False, one_token: bool = False) -> dict:
+def paged_indexer(next_n: int, overlap: bool, unrolled: bool = False, tokens_a_program: int = 0) -> dict:
     key_tiles = TensorDescriptor.from_tensor(torch.empty(4, 64, 128, dtype=torch.float8_e4m3fn), [1, 64, 128],
                                              gl.NVMMASharedLayout.get_default_for([1, 64, 128], gl.float8e4nv))
     scale_tiles = TensorDescriptor.from_tensor(torch.empty(4, 64), [1, 64],
@@ -61,11 +61,11 @@ def paged_indexer(next_n: int, overlap: bool, unrolled: bool = False, one_token:
     aligned = {"q_ptr", "w_ptr", "bt_ptr", "stride_bt", "lens_ptr", "out_ptr", "stride_out"}
     k, warnings = build(indexer_gluon._paged_logits_kernel, types,
                         dict(H=64, PAGE=64, BLOCK=64, KEYS_PER_PROG=1024, STAGES=2 if unrolled else 4,
-                             NEXT_N=1 if one_token else next_n, TOKENS_PER_REQ=next_n, CLEAN=True, EVICT="evict_last",
+                             NEXT_N=tokens_a_program or next_n, TOKENS_PER_REQ=next_n, CLEAN=True, EVICT="evict_last",
                              OVERLAP=overlap, UNROLLED=unrolled), aligned, 4)
     ptx = k.asm["ptx"]
-    return dict(kernel="paged_indexer", next_n=next_n, overlap=overlap, unrolled=unrolled, one_token=one_token,
-                shared=k.metadata.shared,
+    return dict(kernel="paged_indexer", next_n=next_n, overlap=overlap, unrolled=unrolled,
+                tokens_a_program=tokens_a_program, shared=k.metadata.shared,
                 tma="cp.async.bulk.tensor" in ptx,
                 logits_evict_last="st.global.L1::evict_last.L2::cache_hint" in ptx, ptxas_warnings=warnings)
 
@@ -78,4 +78,5 @@ if __name__ == "__main__":
         print(json.dumps(paged_indexer(next_n, overlap=True)), flush=True)
     print(json.dumps(paged_indexer(2, overlap=False)), flush=True)
     print(json.dumps(paged_indexer(2, overlap=False, unrolled=True)), flush=True)
-    print(json.dumps(paged_indexer(3, overlap=True, one_token=True)), flush=True)
+    print(json.dumps(paged_indexer(3, overlap=True, tokens_a_program=1)), flush=True)
+    print(json.dumps(paged_indexer(5, overlap=False, unrolled=True, tokens_a_program=2)), flush=True)

@@ -159,11 +159,17 @@ def test_gluon_paged_kernel_config_follows_the_grid():
     assert indexer_gluon.gluon_config(1, 32768, 2, 132) == cfg(128, 4, True)
     assert indexer_gluon.gluon_config(2, 8192, 4, 132) == cfg(128, 4, True)
     assert indexer_gluon.gluon_config(1, 8192, 4, 132) == cfg(64, 4, True)
-    # any other next_n: one program a query token, with next_n 1's config at batch * next_n rows
-    assert indexer_gluon.gluon_config(1, 32768, 3, 132) == dict(cfg(256, 4, True), ONE_TOKEN=True)
-    assert indexer_gluon.gluon_config(128, 32768, 3, 132) == dict(cfg(1024, 4, True), ONE_TOKEN=True)
+    # any other next_n: one program a query token, with next_n 1's config at batch * next_n rows ...
+    assert indexer_gluon.gluon_config(1, 32768, 3, 132) == dict(cfg(256, 4, True), TOKENS_A_PROGRAM=1)
+    assert indexer_gluon.gluon_config(128, 32768, 3, 132) == dict(cfg(1024, 4, True), TOKENS_A_PROGRAM=1)
     assert indexer_gluon.gluon_config(8, 8192, 5, 132) == dict(indexer_gluon.gluon_config(40, 8192, 1, 132),
-                                                              ONE_TOKEN=True)
+                                                              TOKENS_A_PROGRAM=1)
+    # ... or of two, with next_n 2's at batch * ceil(next_n / 2): at next_n 6, 8, ..., and from 5
+    # where those programs are more than four an SM
+    assert indexer_gluon.gluon_config(8, 8192, 6, 132) == dict(indexer_gluon.gluon_config(24, 8192, 2, 132),
+                                                              TOKENS_A_PROGRAM=2)
+    assert indexer_gluon.gluon_config(32, 32768, 5, 132) == dict(cfg(2048, 2, False, unrolled=True),
+                                                                TOKENS_A_PROGRAM=2)
 
 
 def test_gluon_paged_kernel_keeps_logits_in_l2_only_when_they_fit_half_of_it(monkeypatch):
@@ -225,15 +231,18 @@ def test_gluon_paged_kernel_equals_the_triton_kernel_on_cuda(chunk, stages, over
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("next_n", [2, 3, 4, 5])
+@pytest.mark.parametrize("next_n, per_program", [(2, 1), (3, 1), (3, 2), (5, 2), (5, 4), (6, 2), (8, 4)])
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "unclean"])
 @pytest.mark.parametrize("chunk, overlap", [(1024, True), (64, True), (2048, False)],
                          ids=["1024", "one-tile", "one-mma-at-a-time"])
-def test_gluon_one_token_programs_equal_the_triton_kernel_on_cuda(chunk, overlap, clean, next_n):
-    """Programs of one query token each find their request's table row as token // next_n."""
+def test_gluon_programs_of_some_of_a_requests_tokens_equal_the_triton_kernel_on_cuda(chunk, overlap, clean, next_n,
+                                                                                     per_program):
+    """A request's tokens in programs of per_program (the last one ending at its last token, so
+    repeating tokens of the one before where per_program does not divide next_n)."""
     max_len = 5000
     q, w, pool, table, lens = _deepseek_paged_case(next_n)
-    cfg = dict(KEYS_PER_PROG=chunk, STAGES=4 if overlap else 2, OVERLAP=overlap, UNROLLED=False, ONE_TOKEN=True)
+    cfg = dict(KEYS_PER_PROG=chunk, STAGES=4 if overlap else 2, OVERLAP=overlap, UNROLLED=False,
+               TOKENS_A_PROGRAM=per_program)
     got = indexer_gluon.paged_indexer_logits(q, w, *indexer_logits.pool_parts(pool, 64), table, lens, max_len, next_n,
                                              clean, cfg)
     want = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, max_len, next_n, clean, config=dict(
@@ -264,16 +273,16 @@ def test_deepgemm_paged_logits_through_the_dispatch_match_the_reference(next_n, 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("next_n", [1, 2, 3, 4])
+@pytest.mark.parametrize("next_n", [1, 2, 3, 4, 6])
 @pytest.mark.parametrize("batch, ctx", [(80, 16384), (2, 5000)], ids=["large-grid", "small-grid"])
 def test_paged_logits_take_the_gluon_kernel_on_hopper_and_match_triton(next_n, batch, ctx):
     hopper = torch.cuda.get_device_capability() == (9, 0)
     gluon_cfg = indexer_logits.gluon_paged_config(torch.device("cuda"), batch, ctx, next_n, 64)
     assert (gluon_cfg is not None) == hopper
-    if hopper:
-        assert gluon_cfg.get("ONE_TOKEN", False) == (next_n == 3)
-    if hopper and batch == 80:  # next_n 2 / 4: 640 / 1280 programs, more than four an SM: the one-MMA schedule
-        assert gluon_cfg["OVERLAP"] == (next_n in (1, 3)) and gluon_cfg["UNROLLED"] == (next_n == 2)
+    if hopper:  # next_n 3: programs of a token, 6: of two
+        assert gluon_cfg.get("TOKENS_A_PROGRAM") == {3: 1, 6: 2}.get(next_n)
+    if hopper and batch == 80:  # next_n 2 / 4 / 6: 640 / 1280 / 1920 programs, more than four an SM: one MMA at a time
+        assert gluon_cfg["OVERLAP"] == (next_n in (1, 3)) and gluon_cfg["UNROLLED"] == (next_n in (2, 6))
     if hopper and batch == 2:  # a few programs: one or two key tiles each
         assert gluon_cfg["KEYS_PER_PROG"] == (64 if next_n == 1 else 128)
     q, w, pool, table, lens = _deepseek_paged_case(next_n, seq=[ctx - 3 * i for i in range(batch)])

@@ -1,6 +1,7 @@
-"""The paged indexer's default path at next_n 3, 5 and 8 (one program a query token, Gluon) against
-the Triton kernel that served those next_n before (its paged_config), at bench_kernels' shapes;
-next_n 1 and 4 on the default path for the cost ratios. CUDA-graph medians, alternating, best of
+"""The paged indexer's default path at next_n 3 and above 4 (Gluon programs of one or two of a
+request's tokens) against the Triton kernel that served those next_n before (its paged_config), at
+bench_kernels' shapes; next_n 1 and 4 on the default path for the cost ratios. NEXT_NS picks the
+next_n (call 2: 1 3 4 5 8, when every one of them took one token a program; call 4: 1 3 4 5 6 7 8). CUDA-graph medians, alternating, best of
 two; logits compared bit for bit inside each token's length."""
 
 import json
@@ -26,7 +27,7 @@ for batch, ctx in SHAPES:
     table = torch.randperm(pool.shape[0], device="cuda")[: batch * ctx // PAGE].view(batch, -1).int()
     seq = torch.full((batch,), ctx, device="cuda")
     base = None
-    for next_n in (1, 3, 4, 5, 8):
+    for next_n in [int(x) for x in os.environ.get("NEXT_NS", "1 3 4 5 8").split()]:
         if batch * next_n * ctx * 4 > 2**30:  # logits over 1 GiB: 128 / 128K at next_n 3 and up
             continue
         lens = torch.stack([seq - next_n + j + 1 for j in range(next_n)], 1).reshape(-1).int()
@@ -50,6 +51,8 @@ for batch, ctx in SHAPES:
         us = {k: round(min(v) * 1000, 2) for k, v in times.items()}
         base = us["default"] if next_n == 1 else base
         row = dict(batch=batch, ctx=ctx, next_n=next_n, us=us, same=same, cost=round(us["default"] / base, 3),
+                   tokens_a_program=indexer_logits.gluon_paged_config(q.device, batch, ctx, next_n, PAGE).get(
+                       "TOKENS_A_PROGRAM"),
                    speedup=us.get("triton") and round(us["triton"] / us["default"], 3))
         print(json.dumps(row), flush=True)
         rows.append(row)
