@@ -91,7 +91,8 @@ def _warn_once(message: str) -> None:
 
 def _try_library(backend: str, key: tuple, fn):
     """Run a library call. Named explicitly, its errors propagate; under "auto" a refusal (shape,
-    arch) returns None once and for all, and the caller falls back to Triton."""
+    arch) returns None once and for all, and the caller falls back to ours (Gluon on Hopper, else
+    Triton)."""
     if backend != "auto":
         return fn()
     if key in _REFUSED:
@@ -100,7 +101,7 @@ def _try_library(backend: str, key: tuple, fn):
         return fn()
     except (RuntimeError, AssertionError, ValueError, TypeError) as exc:
         _REFUSED.add(key)
-        log.warning("%s refused %s, using Triton: %s", key[0], key[1:], exc)
+        log.warning("%s refused %s, using our kernel: %s", key[0], key[1:], exc)
         return None
 
 
