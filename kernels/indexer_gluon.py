@@ -222,9 +222,10 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
 
     From the H100 / H200 measurements in docs/PERFORMANCE.md (CUDA graphs).
     - next_n 1: four programs fit an SM (110 registers, 4 warps); one wave of 1024-key programs
-      when it fits, else of 2048, else 1024 keys. Grids that 1024-key programs would not give three
+      when it fits, else of 2048, else 1024 keys. Grids that 1024-key programs would not give two
       programs an SM take the longest chunk of at most 512 keys that gives 1.5 (else 64 keys): 1.04-
-      1.6x faster there than 1024-key programs or the Triton kernel (H100, batch 1 to 64).
+      1.6x faster there than 1024-key programs or the Triton kernel (H100, batch 1 to 64). Between
+      two and three an SM, 1024 keys are 1.01-1.13x faster than 512 with the keys read from HBM.
     - next_n 2 / 4: 2048 / 1024 keys, halved until every SM has a program (down to 256), else 128
       keys if that gives half the SMs one, else 64 (1.1-1.5x faster there than the Triton kernel).
       Two programs an SM that overlap each MMA with the scoring of the one before (226 / 255
@@ -242,7 +243,7 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
         return batch * triton.cdiv(max_context_len, kpp)
 
     if next_n == 1:
-        if programs(1024) >= 3 * num_sms:
+        if programs(1024) >= 2 * num_sms:
             kpp = next((k for k in (1024, 2048) if programs(k) <= 4 * num_sms), 1024)
         else:
             kpp = next((k for k in (512, 256, 128) if 2 * programs(k) >= 3 * num_sms), 64)

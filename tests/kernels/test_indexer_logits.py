@@ -142,7 +142,9 @@ def test_gluon_paged_kernel_config_follows_the_grid():
     assert indexer_gluon.gluon_config(32, 32768, 1, 132)["KEYS_PER_PROG"] == 2048  # one wave of 2048-key programs
     assert indexer_gluon.gluon_config(128, 131072, 1, 132)["KEYS_PER_PROG"] == 1024  # no wave fits either
     assert indexer_gluon.gluon_config(128, 4096, 1, 132)["KEYS_PER_PROG"] == 1024  # three programs an SM and more
+    assert indexer_gluon.gluon_config(9, 32768, 1, 132)["KEYS_PER_PROG"] == 1024  # two and more
     # fewer: the longest chunk up to 512 keys that gives 1.5 programs an SM, else 64 keys
+    assert indexer_gluon.gluon_config(8, 32768, 1, 132)["KEYS_PER_PROG"] == 512
     assert indexer_gluon.gluon_config(32, 4096, 1, 132) == cfg(512, 4, True)
     assert indexer_gluon.gluon_config(8, 8192, 1, 132)["KEYS_PER_PROG"] == 256
     assert indexer_gluon.gluon_config(1, 32768, 1, 132)["KEYS_PER_PROG"] == 128
