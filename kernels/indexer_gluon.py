@@ -234,11 +234,11 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
       next_n 2 their loop takes both stages an iteration (118 registers), at next_n 4 that would
       take 182.
     - Any other next_n takes programs of one token (next_n 1's config over batch * next_n rows),
-      or of two (next_n 2's over batch * ceil(next_n / 2) requests) from next_n 5 where those are
-      more than four an SM, and at every even next_n from 6: a request's pages are read once a
-      program, the repeats from L2, which bounds the one-token programs on large grids. 1.3-1.7x
-      faster than the Triton kernel at next_n 3, 1.3-2.3x above 4 (H100, batch 1 to 128).
-      next_n 2 and 4 in such programs took 0.75-1.14x the time of their own."""
+      or of two (next_n 2's over batch * ceil(next_n / 2) requests) from next_n 7, and from 5 where
+      those are more than four an SM: a request's pages are read once a program, the repeats from
+      L2, which bounds the one-token programs on large grids. 1.3-1.7x faster than the Triton
+      kernel at next_n 3, 1.6-2.5x at 5-8 (H100, batch 1 to 128). next_n 2 and 4 in such programs
+      took 0.75-1.14x the time of their own."""
     def programs(kpp):
         return batch * triton.cdiv(max_context_len, kpp)
 
@@ -250,7 +250,7 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
         return dict(KEYS_PER_PROG=kpp, STAGES=4, OVERLAP=True, UNROLLED=False)
     if next_n not in (2, 4):
         pairs = gluon_config(batch * triton.cdiv(next_n, 2), max_context_len, 2, num_sms)
-        if next_n > 4 and (next_n % 2 == 0 or not pairs["OVERLAP"]):  # not OVERLAP: > 4 programs an SM
+        if next_n >= 7 or (next_n > 4 and not pairs["OVERLAP"]):  # not OVERLAP: > 4 programs an SM
             return dict(pairs, TOKENS_A_PROGRAM=2)
         return dict(gluon_config(batch * next_n, max_context_len, 1, num_sms), TOKENS_A_PROGRAM=1)
     kpp = next((k for k in (2048, 1024, 512, 256) if k <= (2048 if next_n == 2 else 1024) and programs(k) >= num_sms),

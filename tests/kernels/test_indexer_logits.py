@@ -166,9 +166,11 @@ def test_gluon_paged_kernel_config_follows_the_grid():
     assert indexer_gluon.gluon_config(128, 32768, 3, 132) == dict(cfg(1024, 4, True), TOKENS_A_PROGRAM=1)
     assert indexer_gluon.gluon_config(8, 8192, 5, 132) == dict(indexer_gluon.gluon_config(40, 8192, 1, 132),
                                                               TOKENS_A_PROGRAM=1)
-    # ... or of two, with next_n 2's at batch * ceil(next_n / 2): at next_n 6, 8, ..., and from 5
-    # where those programs are more than four an SM
-    assert indexer_gluon.gluon_config(8, 8192, 6, 132) == dict(indexer_gluon.gluon_config(24, 8192, 2, 132),
+    # ... or of two, with next_n 2's at batch * ceil(next_n / 2): from next_n 7, and from 5 where
+    # those programs are more than four an SM
+    assert indexer_gluon.gluon_config(8, 8192, 6, 132) == dict(indexer_gluon.gluon_config(48, 8192, 1, 132),
+                                                              TOKENS_A_PROGRAM=1)
+    assert indexer_gluon.gluon_config(8, 8192, 7, 132) == dict(indexer_gluon.gluon_config(32, 8192, 2, 132),
                                                               TOKENS_A_PROGRAM=2)
     assert indexer_gluon.gluon_config(32, 32768, 5, 132) == dict(cfg(2048, 2, False, unrolled=True),
                                                                 TOKENS_A_PROGRAM=2)
@@ -281,12 +283,12 @@ def test_paged_logits_take_the_gluon_kernel_on_hopper_and_match_triton(next_n, b
     hopper = torch.cuda.get_device_capability() == (9, 0)
     gluon_cfg = indexer_logits.gluon_paged_config(torch.device("cuda"), batch, ctx, next_n, 64)
     assert (gluon_cfg is not None) == hopper
-    if hopper:  # next_n 3: programs of a token, 6: of two
-        assert gluon_cfg.get("TOKENS_A_PROGRAM") == {3: 1, 6: 2}.get(next_n)
+    if hopper:  # next_n 3: programs of a token; 6: of two on the large grid, of one on the small
+        assert gluon_cfg.get("TOKENS_A_PROGRAM") == {3: 1, 6: 2 if batch == 80 else 1}.get(next_n)
     if hopper and batch == 80:  # next_n 2 / 4 / 6: 640 / 1280 / 1920 programs, more than four an SM: one MMA at a time
         assert gluon_cfg["OVERLAP"] == (next_n in (1, 3)) and gluon_cfg["UNROLLED"] == (next_n in (2, 6))
-    if hopper and batch == 2:  # a few programs: one or two key tiles each
-        assert gluon_cfg["KEYS_PER_PROG"] == (64 if next_n == 1 else 128)
+    if hopper and batch == 2:  # a few programs: one to four key tiles each
+        assert gluon_cfg["KEYS_PER_PROG"] == {1: 64, 6: 256}.get(next_n, 128)
     q, w, pool, table, lens = _deepseek_paged_case(next_n, seq=[ctx - 3 * i for i in range(batch)])
     got = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, next_n)
     cfg = dict(indexer_logits.paged_config(batch, ctx, next_n, page_size=64))
