@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -151,6 +152,20 @@ def paged_case(batch, ctx, next_n, pool):
     q = torch.randn(batch * next_n, 64, 128, device=DEV).to(torch.float8_e4m3fn)
     w = torch.randn(batch * next_n, 64, device=DEV) * 0.1
     return q, w, table, lens
+
+
+def from_hbm(call, table, key_bytes, pool):
+    """call(table) made to read its keys from HBM under graph replay: successive calls rotate over
+    block tables of pages of their own, enough that one rotation's keys are three times L2. In an
+    engine each layer reads its own keys, so a layer's keys are not in L2 when its indexer runs;
+    one table replayed would find grids of up to ~L2 of keys there. None where the pool is too small."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    rotation = max(2, math.ceil(3 * l2 / key_bytes))
+    if rotation * table.numel() > pool.shape[0]:
+        return None
+    tables = torch.randperm(pool.shape[0], device=DEV)[: rotation * table.numel()].view(rotation, *table.shape).int()
+    turns = itertools.cycle(list(tables))
+    return lambda: call(next(turns))
 
 
 # ---------------------------------------------------------------- sections
@@ -305,7 +320,7 @@ def indexer():
                 gbps = key_bytes / ms / 1e6
                 row("indexer", "triton paged", ms, **tag, GBps=round(gbps), copy_frac=round(gbps / RES["copy_GBps"], 3),
                     cfg=str(cfg))
-                # the default path (no config): Gluon (next_n 1, 2, 4) on Hopper, key chunks sized to the grid
+                # the default path (no config): Gluon on Hopper, key chunks sized to the grid
                 g_ours = bench_graph(lambda: indexer_logits.paged_indexer_logits(
                     q, w, pool, table, lens, PAGE, ctx, next_n, clean_logits=False))
                 gluon = indexer_logits.gluon_paged_config(q.device, batch, ctx, next_n, PAGE) is not None
@@ -326,6 +341,27 @@ def indexer():
                             default_over_dg_speed_graph=round(g_dg / g_ours, 3) if g_dg and g_ours else None)
                     except Exception as exc:  # noqa: BLE001
                         RES["errors"].append(f"deepgemm paged {tag}: {str(exc)[:200]}")
+                l2 = 0 if OPT.smoke else torch.cuda.get_device_properties(0).L2_cache_size
+                if key_bytes < 2 * l2:  # a replayed graph would find these keys in L2: time them from HBM too
+                    def ours_at(t):
+                        return indexer_logits.paged_indexer_logits(q, w, pool, t, lens, PAGE, ctx, next_n,
+                                                                   clean_logits=False)
+
+                    def dg_at(t):
+                        return dispatch._deepgemm_paged(q, w, pool, t, lens, PAGE, ctx, next_n, False)
+
+                    ours_hbm = from_hbm(ours_at, table, key_bytes, pool)
+                    g_hbm = bench_graph(ours_hbm) if ours_hbm else None
+                    g_dg_hbm = None
+                    if dg is not None and g_hbm:
+                        try:
+                            g_dg_hbm = bench_graph(from_hbm(dg_at, table, key_bytes, pool))
+                        except Exception as exc:  # noqa: BLE001
+                            RES["errors"].append(f"deepgemm paged from HBM {tag}: {str(exc)[:200]}")
+                    row("indexer", "default paged, CUDA graph, keys from HBM", g_hbm, **tag,
+                        copy_frac=round(key_bytes / g_hbm / 1e6 / RES["copy_GBps"], 3) if g_hbm else None,
+                        deepgemm_graph_ms=g_dg_hbm,
+                        default_over_dg_speed_graph=round(g_dg_hbm / g_hbm, 3) if g_dg_hbm and g_hbm else None)
                 if batch == max(batches) and ctx == ctxs[1]:
                     # torch: the dequantize-and-matmul a framework would do (32 tokens keep it in memory)
                     def torch_path():
