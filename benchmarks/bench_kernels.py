@@ -330,6 +330,7 @@ def indexer():
                 row("indexer", "default paged, CUDA graph", g_ours, **tag, kernel="gluon" if gluon else "triton",
                     copy_frac=round(key_bytes / g_ours / 1e6 / RES["copy_GBps"], 3) if g_ours else None,
                     floor_ms=round(floor_ms, 4))
+                g_dg = None
                 if dg is not None:
                     try:
                         def dg_fn():
@@ -352,12 +353,7 @@ def indexer():
 
                     ours_hbm = from_hbm(ours_at, table, key_bytes, pool)
                     g_hbm = bench_graph(ours_hbm) if ours_hbm else None
-                    g_dg_hbm = None
-                    if dg is not None and g_hbm:
-                        try:
-                            g_dg_hbm = bench_graph(from_hbm(dg_at, table, key_bytes, pool))
-                        except Exception as exc:  # noqa: BLE001
-                            RES["errors"].append(f"deepgemm paged from HBM {tag}: {str(exc)[:200]}")
+                    g_dg_hbm = bench_graph(from_hbm(dg_at, table, key_bytes, pool)) if g_dg and g_hbm else None
                     row("indexer", "default paged, CUDA graph, keys from HBM", g_hbm, **tag,
                         copy_frac=round(key_bytes / g_hbm / 1e6 / RES["copy_GBps"], 3) if g_hbm else None,
                         deepgemm_graph_ms=g_dg_hbm,
