@@ -4,7 +4,8 @@ kernels otherwise on a GPU, the PyTorch references on the CPU.
 `backend` picks one explicitly ("reference", "triton", "deepgemm", "flashmla"); "auto" (the
 default) follows the order above, except that under batch-invariant mode (kernels/batch_invariant.py)
 sparse MLA keeps to our kernel. A library that is absent, fails to load, or refuses a shape is
-never an error under "auto": the call falls through to Triton (logged once per reason).
+never an error under "auto": the call falls through to ours, "triton" (Gluon on Hopper; logged once per
+reason).
 """
 
 from __future__ import annotations
