@@ -43,6 +43,16 @@ def request_of_token(batch: ForwardBatch) -> torch.Tensor:
     return torch.repeat_interleave(rows, batch.extend_lens.long(), output_size=batch.num_tokens)
 
 
+def shared_page_walk(batch: ForwardBatch) -> int | None:
+    """The next_n of a paged indexer call where every request has the same number n of query
+    tokens (decode, a chain verify, a batch of equal draft trees): a request's n tokens then
+    share one walk over its pages (seed 001). None where the counts differ."""
+    n, rest = divmod(batch.num_tokens, batch.batch_size)
+    if rest == 0 and (n == 1 or bool((batch.extend_lens == n).all())):  # n == 1: one each, no sync
+        return n
+    return None
+
+
 def positions_to_slots(batch: ForwardBatch, positions: torch.Tensor) -> torch.Tensor:
     """Top-k positions [tokens, k] -> pool slot ids [tokens, k] int32 (-1 stays -1)."""
     table = batch.block_table[request_of_token(batch)]
@@ -137,7 +147,7 @@ class KernelDsaBackend:
         if batch.mode is ForwardMode.EXTEND:
             logits, starts = self._ragged_logits(q_fp8, w, keys, batch)
         else:
-            logits, starts = self._paged_logits(q_fp8, w, keys, batch, context), None
+            logits, starts = self._paged_logits(q_fp8, w, keys, batch, context, clean_logits=False), None
         # The ragged transform with zero offsets leaves positions within the request. It reads each
         # row's [start, start + context) only, so the logits skip their -inf fill past those ranges.
         zeros = torch.zeros(batch.num_tokens, dtype=torch.int32, device=q.device)
@@ -151,31 +161,28 @@ class KernelDsaBackend:
         the lower position, as in a plain pass over the token's path."""
         import dsa_kernels
 
-        request = request_of_token(batch)
-        every_key = batch.seq_lens[request].to(torch.int32).view(-1, 1)
-        logits = dsa_kernels.paged_indexer_logits(q_fp8, w, keys, batch.block_table[request].contiguous(), every_key,
-                                                  page_size=batch.page_size,
-                                                  max_context_len=int(batch.seq_lens.max()), next_n=1)
+        every_key = batch.seq_lens[request_of_token(batch)].to(torch.int32).view(-1, 1)
+        logits = KernelDsaBackend._paged_logits(q_fp8, w, keys, batch, every_key, clean_logits=True)
         visible = batch.tree.visible_positions(slice(None), int(context.max()))
         zeros = torch.zeros(batch.num_tokens, dtype=torch.int32, device=q_fp8.device)
         picked = dsa_kernels.topk_transform(logits.gather(1, visible), context, topk, "ragged", offsets=zeros)
         return torch.where(picked >= 0, visible.gather(1, picked.long().clamp_min(0)), -1).to(torch.int32)
 
     @staticmethod
-    def _paged_logits(q_fp8, w, keys, batch: ForwardBatch, context) -> torch.Tensor:
+    def _paged_logits(q_fp8, w, keys, batch: ForwardBatch, context, clean_logits: bool) -> torch.Tensor:
+        """Logits [T, max seq_len] of each token against its request's first `context` keys."""
         import dsa_kernels
 
-        max_len = int(batch.seq_lens.max())
-        if batch.mode is ForwardMode.DECODE:
-            table, next_n = batch.block_table, 1
-        elif batch.num_tokens % batch.batch_size == 0 and bool(
-                (batch.extend_lens == batch.num_tokens // batch.batch_size).all()):
-            table, next_n = batch.block_table, batch.num_tokens // batch.batch_size  # verify: next_n each
-        else:
-            table, next_n = batch.block_table[request_of_token(batch)], 1  # uneven: one table row per token
+        next_n, table, backend = shared_page_walk(batch), batch.block_table, "auto"
+        if next_n is None:
+            # Uneven counts: each token walks alone, through a copy of its request's table row.
+            # Ours scores a request's tokens in neighbouring programs, which find its keys in L2;
+            # DeepGEMM reads them from HBM for every token (up to 2.4x slower; docs/PERFORMANCE.md,
+            # "One page walk a request in tree verify").
+            table, next_n, backend = batch.block_table[request_of_token(batch)], 1, "ours"
         return dsa_kernels.paged_indexer_logits(q_fp8, w, keys, table.contiguous(), context,
-                                                page_size=batch.page_size, max_context_len=max_len, next_n=next_n,
-                                                clean_logits=False)
+                                                page_size=batch.page_size, max_context_len=int(batch.seq_lens.max()),
+                                                next_n=next_n, clean_logits=clean_logits, backend=backend)
 
     @staticmethod
     def _ragged_logits(q_fp8, w, keys, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,7 +3,8 @@ kernels otherwise on a GPU, the PyTorch references on the CPU.
 
 `backend` picks one explicitly ("reference", "triton", "deepgemm", "flashmla"); "auto" (the
 default) follows the order above, except that under batch-invariant mode (kernels/batch_invariant.py)
-sparse MLA keeps to our kernel. A library that is absent, fails to load, or refuses a shape is
+sparse MLA keeps to our kernel; "ours" is "auto" without the libraries (for call shapes that ours
+serves faster than they do). A library that is absent, fails to load, or refuses a shape is
 never an error under "auto": the call falls through to ours, "triton" (Gluon on Hopper; logged once per
 reason).
 """
@@ -73,6 +74,8 @@ def _gluon_sparse_mla(device) -> bool:
 
 
 def _choose(t: torch.Tensor, backend: str, library: str | None) -> str:
+    if backend == "ours":
+        return "triton" if t.is_cuda else "reference"
     if backend != "auto":
         return backend
     if not t.is_cuda:

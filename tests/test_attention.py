@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from checkpoints import random_prompts
-from dsa_backend.attention import KernelDsaBackend, TorchDsaBackend, default_backend, per_token_context_lens
+from dsa_backend.attention import (KernelDsaBackend, TorchDsaBackend, default_backend, per_token_context_lens,
+                                   shared_page_walk)
 from dsa_backend.batch import ForwardBatch, ForwardMode, TreeLayout
 from dsa_backend.cache import KVCache, pages_needed
 from dsa_backend.config import ModelConfig
@@ -113,6 +114,36 @@ def test_tree_topk_is_the_causal_topk_of_each_nodes_path(config, kv_cache_dtype,
         as_tree = torch.where(want >= prefix, src[want.long().clamp_min(0)], want)  # chain position -> tree slot
         assert torch.equal(got[node], as_tree.int()), node
         cache.allocator.free(chain_pages[0])
+
+
+SMALL_TREE = TreeLayout(((0,), (0, 1), (0, 2)))
+
+
+def test_requests_with_equal_token_counts_share_one_page_walk():
+    pages = [[3, 1, 4], [0, 2, 5]]  # 12 slots a request
+    cases = [  # (mode, tokens per request, trees) -> the shared walk's next_n, None: a walk a token
+        (ForwardMode.DECODE, [1, 1], None, 1),
+        (ForwardMode.TARGET_VERIFY, [3, 3], None, 3),
+        (ForwardMode.TARGET_VERIFY, [9, 9], [TREE, TREE], 9),
+        (ForwardMode.DRAFT_EXTEND, [1, 3], None, None),
+        (ForwardMode.TARGET_VERIFY, [9, 3], [TREE, SMALL_TREE], None),
+    ]
+    for mode, counts, trees, want in cases:
+        batch = ForwardBatch.build(mode, [[1] * n for n in counts], [2, 2], pages, PAGE, trees=trees)
+        assert shared_page_walk(batch) == want, (mode, counts)
+
+
+@pytest.mark.parametrize("second_tree", [TREE, SMALL_TREE])  # one page walk for both requests, or one a token
+def test_tree_topk_of_two_requests_equals_the_reference(config, second_tree):
+    sizes = [9, len(second_tree.ancestors)]
+    cache, pages = _filled_cache(config, "fp8", [20 + sizes[0], 14 + sizes[1]])
+    layer = next(iter(cache.indexer.index_of_layer))
+    batch = ForwardBatch.build(ForwardMode.TARGET_VERIFY, [[1] * n for n in sizes], [20, 14], pages, PAGE,
+                               trees=[TREE, second_tree])
+    gen = torch.Generator().manual_seed(3)
+    q, w = torch.randn(sum(sizes), HEADS, 128, generator=gen), torch.randn(sum(sizes), HEADS, generator=gen)
+    want = TorchDsaBackend().indexer_topk(q, w, cache.indexer, layer, batch, TOPK, 0.1)
+    assert torch.equal(KernelDsaBackend().indexer_topk(q, w, cache.indexer, layer, batch, TOPK, 0.1), want)
 
 
 def test_backend_is_chosen_by_device():

@@ -16,6 +16,12 @@ def test_cpu_uses_the_references_and_needs_no_gpu_library():
         "gluon_sparse_mla": False}
 
 
+def test_ours_is_auto_without_the_libraries(monkeypatch):
+    monkeypatch.setattr(dispatch, "_library", lambda name: pytest.fail(f"'ours' asked for {name}"))
+    assert dispatch._choose(torch.zeros(1), "ours", "deepgemm") == "reference"
+    assert dispatch._choose(SimpleNamespace(is_cuda=True), "ours", "deepgemm") == "triton"
+
+
 def test_an_absent_library_is_not_an_error():
     assert dispatch._library("no_such_kernel_library_xyz") is None
 
