@@ -156,17 +156,24 @@ class KernelDsaBackend:
     @staticmethod
     def _tree_topk(q_fp8, w, keys, batch: ForwardBatch, context, topk: int) -> torch.Tensor:
         """Draft trees without a tree-mask kernel: score every key of the request with the paged
-        kernel, keep each token's visible keys in position order (prefix, then its ancestors),
-        take the causal top-k over those and map the picks back to KV positions. Ties break to
-        the lower position, as in a plain pass over the token's path."""
+        kernel, move each token's ancestors' logits in place to the columns right behind its
+        prefix, so that its visible keys fill its row's first `context` columns in position order,
+        take the causal top-k there and map the picks back to KV positions. Ties break to the
+        lower position, as in a plain pass over the token's path."""
         import dsa_kernels
 
         every_key = batch.seq_lens[request_of_token(batch)].to(torch.int32).view(-1, 1)
-        logits = KernelDsaBackend._paged_logits(q_fp8, w, keys, batch, every_key, clean_logits=True)
-        visible = batch.tree.visible_positions(slice(None), int(context.max()))
+        logits = KernelDsaBackend._paged_logits(q_fp8, w, keys, batch, every_key, clean_logits=False)
+        base, ancestors = batch.tree.base[:, None], batch.tree.ancestors
+        # Column base + j takes the logit of the token's j-th node from the root; past the token's
+        # own depth, of its own node again, so that a column written twice gets one value twice.
+        step = torch.arange(ancestors.shape[1], device=base.device)[None, :].minimum(context.long() - 1 - base)
+        path = base + ancestors.gather(1, step)
+        logits.scatter_(1, base + step, logits.gather(1, path))
         zeros = torch.zeros(batch.num_tokens, dtype=torch.int32, device=q_fp8.device)
-        picked = dsa_kernels.topk_transform(logits.gather(1, visible), context, topk, "ragged", offsets=zeros)
-        return torch.where(picked >= 0, visible.gather(1, picked.long().clamp_min(0)), -1).to(torch.int32)
+        picked = dsa_kernels.topk_transform(logits, context, topk, "ragged", offsets=zeros).long()
+        on_path = path.gather(1, (picked - base).clamp(0, ancestors.shape[1] - 1))
+        return torch.where(picked < base, picked, on_path).to(torch.int32)  # -1 (unused) < base stays -1
 
     @staticmethod
     def _paged_logits(q_fp8, w, keys, batch: ForwardBatch, context, clean_logits: bool) -> torch.Tensor:

@@ -36,10 +36,14 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from dsa_backend.cache.layout import INDEX_HEAD_DIM
 
+from .device import l2_bytes
 from .gluon_compat import barrier, tma_load
 
 BLOCK_K = 64  # keys per tile: one wgmma M block, and the TMA box inside a page
 D = gl.constexpr(INDEX_HEAD_DIM)
+# The TMA tiles' shared layouts, made once: ~10 µs of host time each a call otherwise
+_KEY_TILE = gl.NVMMASharedLayout.get_default_for([1, BLOCK_K, INDEX_HEAD_DIM], gl.float8e4nv)
+_SCALE_TILE = gl.NVMMASharedLayout.get_default_for([1, BLOCK_K], gl.float32)
 
 
 @gluon.jit
@@ -266,8 +270,7 @@ def _logits_eviction(out: torch.Tensor) -> str:
     the top-k reads them back. Logits that fit half of L2 are stored evict_last; the top-k's read
     of them is evict_first, which hands the lines back (docs/PERFORMANCE.md, "The logits stored
     evict_last")."""
-    l2 = torch.cuda.get_device_properties(out.device).L2_cache_size
-    return "evict_last" if out.numel() * out.element_size() <= l2 // 2 else ""
+    return "evict_last" if out.numel() * out.element_size() <= l2_bytes(out.device) // 2 else ""
 
 
 def paged_indexer_logits(q_fp8, weights, keys, scales, block_table, context_lens, max_context_len: int, next_n: int,
@@ -276,10 +279,8 @@ def paged_indexer_logits(q_fp8, weights, keys, scales, block_table, context_lens
     there; keys [pages, page_size, 128] and scales [pages, page_size] are its pool_parts views."""
     n, heads, _ = q_fp8.shape
     out = torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
-    key_tiles = TensorDescriptor.from_tensor(keys, [1, BLOCK_K, INDEX_HEAD_DIM], gl.NVMMASharedLayout.get_default_for(
-        [1, BLOCK_K, INDEX_HEAD_DIM], gl.float8e4nv))
-    scale_tiles = TensorDescriptor.from_tensor(scales, [1, BLOCK_K],
-                                               gl.NVMMASharedLayout.get_default_for([1, BLOCK_K], gl.float32))
+    key_tiles = TensorDescriptor.from_tensor(keys, [1, BLOCK_K, INDEX_HEAD_DIM], _KEY_TILE)
+    scale_tiles = TensorDescriptor.from_tensor(scales, [1, BLOCK_K], _SCALE_TILE)
     config = dict(config)
     per_program = config.pop("TOKENS_A_PROGRAM", next_n)
     grid = (n // next_n * triton.cdiv(next_n, per_program), triton.cdiv(max_context_len, config["KEYS_PER_PROG"]))

@@ -29,6 +29,8 @@ _GLUON = "the Gluon paged indexer kernel"
 
 from dsa_backend.cache.layout import INDEX_FP8_BYTES, INDEX_HEAD_DIM
 
+from .device import num_sms
+
 
 @triton.jit
 def _scores_tile(q, w, k, k_scale, ROWS_Q: tl.constexpr, H: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -181,8 +183,7 @@ def gluon_paged_config(device: torch.device, batch: int, max_context_len: int, n
     tiles), else None."""
     if not gluon_paged_runs(device, page_size):
         return None
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return indexer_gluon.gluon_config(batch, max_context_len, next_n, sms)
+    return indexer_gluon.gluon_config(batch, max_context_len, next_n, num_sms(device))
 
 
 def paged_indexer_logits(

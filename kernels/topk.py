@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from .device import num_sms
 from .triton_dot import INTERPRET
 
 TRANSFORM_NONE, TRANSFORM_PAGED, TRANSFORM_RAGGED = 0, 1, 2
@@ -77,11 +78,6 @@ def topk_config(rows: int, width: int, k: int, num_sms: int) -> TopkConfig:
     # row sets the kernel's time: with many rows, sample 8192 keys there.
     sample = 2048 if width <= 32768 else 8192 if width > 65536 and rows >= 16 else 4096
     return TopkConfig(block=block, sample=sample, cap=max(4 * k, 4096), select_block=4096)
-
-
-@functools.cache
-def _num_sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
 @functools.cache
@@ -477,11 +473,11 @@ def topk_transform(
     if config is None:
         from .topk_cooperative import cooperative_topk, parts_per_row
 
-        parts = parts_per_row(n, width, _num_sms(logits.device))
+        parts = parts_per_row(n, width, num_sms(logits.device))
         if parts is not None and cooperative_topk(logits, lengths, row_starts, k, parts, out, transform, block_table,
                                                   page_size, next_n, offsets):
             return out
-    cfg = config or topk_config(n, width, k, _num_sms(logits.device))
+    cfg = config or topk_config(n, width, k, num_sms(logits.device))
     lists = candidate_lists(logits, lengths, row_starts, k, cfg)
     select_and_write(logits, lengths, row_starts, k, cfg, lists, out, transform, block_table, page_size, next_n,
                      offsets)

@@ -58,7 +58,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .topk import _num_sms, _ordered_key, _row, _scatter, _transform
+from .device import num_sms
+from .topk import _ordered_key, _row, _scatter, _transform
 from .triton_dot import INTERPRET
 
 log = logging.getLogger(__name__)
@@ -592,7 +593,7 @@ def _barrier_counters(device: torch.device, rows: int) -> torch.Tensor | None:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             _warn_capture_once()
             return None
-        buf = _counters[(device, stream)] = torch.zeros(max(rows, _num_sms(device)), device=device, dtype=torch.int32)
+        buf = _counters[(device, stream)] = torch.zeros(max(rows, num_sms(device)), device=device, dtype=torch.int32)
     return buf
 
 
