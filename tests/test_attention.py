@@ -133,9 +133,10 @@ def test_requests_with_equal_token_counts_share_one_page_walk():
         assert shared_page_walk(batch) == want, (mode, counts)
 
 
-@pytest.mark.parametrize("second_tree", [TREE, SMALL_TREE])  # one page walk for both requests, or one a token
+# Equal trees share one page walk; a smaller tree, or a plain token beside the tree, walk a token.
+@pytest.mark.parametrize("second_tree", [TREE, SMALL_TREE, None])
 def test_tree_topk_of_two_requests_equals_the_reference(config, second_tree):
-    sizes = [9, len(second_tree.ancestors)]
+    sizes = [9, len(second_tree.ancestors) if second_tree else 1]
     cache, pages = _filled_cache(config, "fp8", [20 + sizes[0], 14 + sizes[1]])
     layer = next(iter(cache.indexer.index_of_layer))
     batch = ForwardBatch.build(ForwardMode.TARGET_VERIFY, [[1] * n for n in sizes], [20, 14], pages, PAGE,
