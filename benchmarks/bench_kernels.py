@@ -37,6 +37,7 @@ except ImportError:  # the device machine sees the repo root, not the installed 
     spec.loader.exec_module(mod)
 
 from dsa_kernels import dispatch, indexer_logits, reference, sparse_mla, topk  # noqa: E402
+from dsa_kernels.device import l2_bytes  # noqa: E402
 
 ARGS = argparse.ArgumentParser()
 ARGS.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (interpreter), no timing claims")
@@ -159,8 +160,7 @@ def from_hbm(call, table, key_bytes, pool):
     block tables of pages of their own, enough that one rotation's keys are three times L2. In an
     engine each layer reads its own keys, so a layer's keys are not in L2 when its indexer runs;
     one table replayed would find grids of up to ~L2 of keys there. None where the pool is too small."""
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    rotation = max(2, math.ceil(3 * l2 / key_bytes))
+    rotation = max(2, math.ceil(3 * l2_bytes(pool.device) / key_bytes))
     if rotation * table.numel() > pool.shape[0]:
         return None
     tables = torch.randperm(pool.shape[0], device=DEV)[: rotation * table.numel()].view(rotation, *table.shape).int()
@@ -342,8 +342,8 @@ def indexer():
                             default_over_dg_speed_graph=round(g_dg / g_ours, 3) if g_dg and g_ours else None)
                     except Exception as exc:  # noqa: BLE001
                         RES["errors"].append(f"deepgemm paged {tag}: {str(exc)[:200]}")
-                l2 = 0 if OPT.smoke else torch.cuda.get_device_properties(0).L2_cache_size
-                if key_bytes < 2 * l2:  # a replayed graph would find these keys in L2: time them from HBM too
+                # a replayed graph would find these keys in L2: time them from HBM too
+                if not OPT.smoke and key_bytes < 2 * l2_bytes(pool.device):
                     def ours_at(t):
                         return indexer_logits.paged_indexer_logits(q, w, pool, t, lens, PAGE, ctx, next_n,
                                                                    clean_logits=False)

@@ -42,8 +42,8 @@ from .gluon_compat import barrier, tma_load
 BLOCK_K = 64  # keys per tile: one wgmma M block, and the TMA box inside a page
 D = gl.constexpr(INDEX_HEAD_DIM)
 # The TMA tiles' shared layouts, made once: ~10 µs of host time each a call otherwise
-_KEY_TILE = gl.NVMMASharedLayout.get_default_for([1, BLOCK_K, INDEX_HEAD_DIM], gl.float8e4nv)
-_SCALE_TILE = gl.NVMMASharedLayout.get_default_for([1, BLOCK_K], gl.float32)
+KEY_TILE_LAYOUT = gl.NVMMASharedLayout.get_default_for([1, BLOCK_K, INDEX_HEAD_DIM], gl.float8e4nv)
+SCALE_TILE_LAYOUT = gl.NVMMASharedLayout.get_default_for([1, BLOCK_K], gl.float32)
 
 
 @gluon.jit
@@ -279,8 +279,8 @@ def paged_indexer_logits(q_fp8, weights, keys, scales, block_table, context_lens
     there; keys [pages, page_size, 128] and scales [pages, page_size] are its pool_parts views."""
     n, heads, _ = q_fp8.shape
     out = torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
-    key_tiles = TensorDescriptor.from_tensor(keys, [1, BLOCK_K, INDEX_HEAD_DIM], _KEY_TILE)
-    scale_tiles = TensorDescriptor.from_tensor(scales, [1, BLOCK_K], _SCALE_TILE)
+    key_tiles = TensorDescriptor.from_tensor(keys, [1, BLOCK_K, INDEX_HEAD_DIM], KEY_TILE_LAYOUT)
+    scale_tiles = TensorDescriptor.from_tensor(scales, [1, BLOCK_K], SCALE_TILE_LAYOUT)
     config = dict(config)
     per_program = config.pop("TOKENS_A_PROGRAM", next_n)
     grid = (n // next_n * triton.cdiv(next_n, per_program), triton.cdiv(max_context_len, config["KEYS_PER_PROG"]))

@@ -15,7 +15,6 @@ os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
 import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import mangle_type
@@ -53,9 +52,8 @@ def sparse_mla(fp8: bool, partial: bool) -> dict:
 
 def paged_indexer(next_n: int, overlap: bool, unrolled: bool = False, tokens_a_program: int = 0) -> dict:
     key_tiles = TensorDescriptor.from_tensor(torch.empty(4, 64, 128, dtype=torch.float8_e4m3fn), [1, 64, 128],
-                                             gl.NVMMASharedLayout.get_default_for([1, 64, 128], gl.float8e4nv))
-    scale_tiles = TensorDescriptor.from_tensor(torch.empty(4, 64), [1, 64],
-                                               gl.NVMMASharedLayout.get_default_for([1, 64], gl.float32))
+                                             indexer_gluon.KEY_TILE_LAYOUT)
+    scale_tiles = TensorDescriptor.from_tensor(torch.empty(4, 64), [1, 64], indexer_gluon.SCALE_TILE_LAYOUT)
     types = dict(q_ptr="*fp8e4nv", w_ptr="*fp32", keys=mangle_type(key_tiles), scales=mangle_type(scale_tiles),
                  bt_ptr="*i32", lens_ptr="*i32", out_ptr="*fp32")
     aligned = {"q_ptr", "w_ptr", "bt_ptr", "stride_bt", "lens_ptr", "out_ptr", "stride_out"}
