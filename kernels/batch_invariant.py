@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from .triton_dot import INTERPRET, dot
+from .host_math import cdiv
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ def bmm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> t
     if k == 0:
         return c.zero_() if bias is None else c.copy_(bias.expand_as(c))
     x = c if bias is None else bias.expand(batch, m, n)
-    grid = (triton.cdiv(m, _BLOCK_M), triton.cdiv(n, _BLOCK_N), batch)
+    grid = (cdiv(m, _BLOCK_M), cdiv(n, _BLOCK_N), batch)
     _gemm_kernel[grid](a, b, x, c, m, n, k, *a.stride(), *b.stride(), *x.stride(), *c.stride(),
                        HAS_BIAS=bias is not None, EXACT=INTERPRET or a.dtype == torch.float32,
                        BLOCK_M=_BLOCK_M, BLOCK_N=_BLOCK_N, BLOCK_K=_BLOCK_K)

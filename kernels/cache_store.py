@@ -14,6 +14,7 @@ import triton.language as tl
 from dsa_backend.cache.layout import INDEX_FP8_BYTES, INDEX_HEAD_DIM, KV_LORA_RANK, MLA_FP8_BYTES, ROPE_DIM
 
 from .reference import hadamard_matrix
+from .host_math import cdiv
 
 _HADAMARD: dict = {}
 
@@ -86,7 +87,7 @@ def store_index_keys(
             _HADAMARD[key] = hadamard_matrix(INDEX_HEAD_DIM, keys.device).contiguous()
         had = _HADAMARD[key]
     block_t = 16
-    _store_index_keys_kernel[(triton.cdiv(num_tokens, block_t),)](
+    _store_index_keys_kernel[(cdiv(num_tokens, block_t),)](
         keys, keys.stride(0), slots, had, pool.view(torch.float8_e4m3fn), pool.view(torch.float32),
         num_tokens, PAGE=page_size, D=INDEX_HEAD_DIM, BLOCK_T=block_t, ROTATE=rotate, num_warps=4,
     )
@@ -147,7 +148,7 @@ def store_mla(pool: torch.Tensor, latent: torch.Tensor, rope: torch.Tensor, slot
     if num_tokens == 0:
         return
     block_t = 8
-    grid = (triton.cdiv(num_tokens, block_t),)
+    grid = (cdiv(num_tokens, block_t),)
     if pool.dtype == torch.uint8:
         if pool.shape[-1] != MLA_FP8_BYTES or not pool.is_contiguous():
             raise ValueError(f"FP8 MLA pool must be contiguous uint8 [S, {MLA_FP8_BYTES}]")

@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -38,6 +37,7 @@ from dsa_backend.cache.layout import INDEX_HEAD_DIM
 
 from .device import l2_bytes
 from .gluon_compat import barrier, tma_load
+from .host_math import cdiv
 
 BLOCK_K = 64  # keys per tile: one wgmma M block, and the TMA box inside a page
 D = gl.constexpr(INDEX_HEAD_DIM)
@@ -244,7 +244,7 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
       kernel at next_n 3, 1.6-2.5x at 5-8 (H100, batch 1 to 128). next_n 2 and 4 in such programs
       took 0.75-1.14x the time of their own."""
     def programs(kpp):
-        return batch * triton.cdiv(max_context_len, kpp)
+        return batch * cdiv(max_context_len, kpp)
 
     if next_n == 1:
         if programs(1024) >= 2 * num_sms:
@@ -253,7 +253,7 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
             kpp = next((k for k in (512, 256, 128) if 2 * programs(k) >= 3 * num_sms), 64)
         return dict(KEYS_PER_PROG=kpp, STAGES=4, OVERLAP=True, UNROLLED=False)
     if next_n not in (2, 4):
-        pairs = gluon_config(batch * triton.cdiv(next_n, 2), max_context_len, 2, num_sms)
+        pairs = gluon_config(batch * cdiv(next_n, 2), max_context_len, 2, num_sms)
         if next_n >= 7 or (next_n > 4 and not pairs["OVERLAP"]):  # not OVERLAP: > 4 programs an SM
             return dict(pairs, TOKENS_A_PROGRAM=2)
         return dict(gluon_config(batch * next_n, max_context_len, 1, num_sms), TOKENS_A_PROGRAM=1)
@@ -283,7 +283,7 @@ def paged_indexer_logits(q_fp8, weights, keys, scales, block_table, context_lens
     scale_tiles = TensorDescriptor.from_tensor(scales, [1, BLOCK_K], SCALE_TILE_LAYOUT)
     config = dict(config)
     per_program = config.pop("TOKENS_A_PROGRAM", next_n)
-    grid = (n // next_n * triton.cdiv(next_n, per_program), triton.cdiv(max_context_len, config["KEYS_PER_PROG"]))
+    grid = (n // next_n * cdiv(next_n, per_program), cdiv(max_context_len, config["KEYS_PER_PROG"]))
     _paged_logits_kernel[grid](
         q_fp8, weights, key_tiles, scale_tiles, block_table, block_table.stride(0), block_table.shape[1], context_lens,
         out, out.stride(0), max_context_len, H=heads, PAGE=keys.shape[1], BLOCK=BLOCK_K, NEXT_N=per_program,

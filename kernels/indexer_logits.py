@@ -30,6 +30,7 @@ _GLUON = "the Gluon paged indexer kernel"
 from dsa_backend.cache.layout import INDEX_FP8_BYTES, INDEX_HEAD_DIM
 
 from .device import num_sms
+from .host_math import cdiv, next_power_of_2
 
 
 @triton.jit
@@ -123,7 +124,7 @@ def fill_past_lengths(out: torch.Tensor, lengths: torch.Tensor) -> None:
     n, width = out.shape
     if n and width:
         block = 4096
-        _fill_past_lengths_kernel[(n, triton.cdiv(width, block))](
+        _fill_past_lengths_kernel[(n, cdiv(width, block))](
             out, out.stride(0), lengths.reshape(-1).to(torch.int32).contiguous(), width, BLOCK=block)
 
 
@@ -147,7 +148,7 @@ def paged_config(batch: int, max_context_len: int, next_n: int, num_sms: int = 1
     tma = TensorDescriptor is not None and next_n == 1 and page_size % 64 == 0
     keys_per_prog = 512 if next_n == 1 and not tma else 2048
     programs = (4 if next_n == 1 else 2) * num_sms
-    while keys_per_prog > 128 and batch * triton.cdiv(max_context_len, keys_per_prog) < programs:
+    while keys_per_prog > 128 and batch * cdiv(max_context_len, keys_per_prog) < programs:
         keys_per_prog //= 2
     wide = next_n > 2
     return dict(BLOCK_K=64, KEYS_PER_PROG=keys_per_prog, num_warps=8 if wide else 4, num_stages=3 if wide else 2,
@@ -233,12 +234,12 @@ def paged_indexer_logits(
         raise ValueError("TMA key tiles need triton.tools.tensor_descriptor, which this Triton lacks")
     if cfg["TMA"] and page_size % cfg["BLOCK_K"]:
         raise ValueError(f"TMA key tiles must lie inside a page: BLOCK_K {cfg['BLOCK_K']}, page_size {page_size}")
-    grid = (batch, triton.cdiv(max_context_len, cfg["KEYS_PER_PROG"]))
+    grid = (batch, cdiv(max_context_len, cfg["KEYS_PER_PROG"]))
     _paged_logits_kernel[grid](
         q_fp8.contiguous(), weights.contiguous(), *_key_sources(index_pool, page_size, cfg["BLOCK_K"], cfg["TMA"]),
         block_table, block_table.stride(0), lens.to(torch.int32),
         out, out.stride(0), max_context_len,
-        NEXT_N=next_n, NP=triton.next_power_of_2(next_n), H=heads, D=INDEX_HEAD_DIM, PAGE=page_size, CLEAN=clean_logits, **cfg,
+        NEXT_N=next_n, NP=next_power_of_2(next_n), H=heads, D=INDEX_HEAD_DIM, PAGE=page_size, CLEAN=clean_logits, **cfg,
     )
     return out
 
@@ -307,7 +308,7 @@ def ragged_indexer_logits(
     # from the H200 sweeps in docs/PERFORMANCE.md (4096 causal queries over 32K keys, CUDA graphs):
     # four queries (a 256-wide MMA) per program and 2048-key chunks, 1.31x faster than two and 512
     cfg = dict(config or dict(BLOCK_Q=4, BLOCK_K=64, KEYS_PER_PROG=2048, num_warps=8, num_stages=3))
-    grid = (triton.cdiv(num_q, cfg["BLOCK_Q"]), triton.cdiv(num_k, cfg["KEYS_PER_PROG"]))
+    grid = (cdiv(num_q, cfg["BLOCK_Q"]), cdiv(num_k, cfg["KEYS_PER_PROG"]))
     _ragged_logits_kernel[grid](
         q_fp8.contiguous(), weights.contiguous(), k_fp8.contiguous(), k_scale.float().contiguous(),
         k_start.to(torch.int32), k_end.to(torch.int32), out, out.stride(0), num_q, num_k,

@@ -39,6 +39,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .device import num_sms
 from .triton_dot import INTERPRET
+from .host_math import cdiv, next_power_of_2
 
 TRANSFORM_NONE, TRANSFORM_PAGED, TRANSFORM_RAGGED = 0, 1, 2
 STORE_IN_PLACE = tl.constexpr(not INTERPRET)  # _scatter
@@ -69,7 +70,7 @@ def topk_config(rows: int, width: int, k: int, num_sms: int) -> TopkConfig:
     idle (H200, docs/PERFORMANCE.md: 2048 beat 4096 by 3-11 us from batch 32 / 128K and batch 128
     / 32K up, and tied 1024)."""
     block = 2048
-    while block > 1024 and rows * triton.cdiv(width, block) < 2 * num_sms:
+    while block > 1024 and rows * cdiv(width, block) < 2 * num_sms:
         block //= 2
     # 1.3-1.7 k candidates are typical at 32K-128K keys (the sample's margin); 4 k leaves room.
     # The margin grows as the sample shrinks: up to 32K keys a 2048-key sample keeps rows ~5
@@ -423,7 +424,7 @@ class CandidateLists:
 
 def candidate_lists(logits, lengths, row_starts, k: int, cfg: TopkConfig) -> CandidateLists:
     n, width = logits.shape
-    bins = max(32, triton.next_power_of_2(triton.cdiv(width, cfg.block)))  # histograms want a warp multiple
+    bins = max(32, next_power_of_2(cdiv(width, cfg.block)))  # histograms want a warp multiple
     lists = CandidateLists(torch.empty(n, device=logits.device, dtype=torch.int32),
                            torch.empty(n, cfg.cap, device=logits.device, dtype=torch.int32),
                            torch.empty(n, bins, device=logits.device, dtype=torch.int32))
@@ -431,7 +432,7 @@ def candidate_lists(logits, lengths, row_starts, k: int, cfg: TopkConfig) -> Can
     row_args = (logits, logits.stride(0), row_starts if row_starts is not None else lengths, lengths)
     common = dict(K=k, HAS_STARTS=row_starts is not None, **_pdl(logits.device))
     _threshold_kernel[(n,)](*row_args, t0, lists.count, SAMPLE=cfg.sample, num_warps=16, **common)
-    _candidates_kernel[(n, max(1, triton.cdiv(width, cfg.block)))](
+    _candidates_kernel[(n, max(1, cdiv(width, cfg.block)))](
         *row_args, t0, lists.count, lists.cand, lists.first, CAP=cfg.cap, BLOCK=cfg.block, BLOCKS=bins,
         num_warps=8 if cfg.block >= 4096 else 4, **common)
     return lists

@@ -61,6 +61,7 @@ import triton.language as tl
 from .device import num_sms
 from .topk import _ordered_key, _row, _scatter, _transform
 from .triton_dot import INTERPRET
+from .host_math import cdiv, next_power_of_2
 
 log = logging.getLogger(__name__)
 
@@ -565,7 +566,7 @@ def device_parts(rows: int, width: int, num_sms: int) -> int | None:
     while rows * parts * 2 <= num_sms and width >= parts * 2 * MIN_SLICE and parts < MAX_PARTS:
         parts *= 2
     # a row of one program waits for no other, so those rows need not fit the SMs at once
-    return parts if (parts == 1 or rows * parts <= num_sms) and triton.cdiv(width, parts) <= MAX_SPAN else None
+    return parts if (parts == 1 or rows * parts <= num_sms) and cdiv(width, parts) <= MAX_SPAN else None
 
 
 _counters: dict = {}
@@ -612,7 +613,7 @@ def cooperative_topk(
     counters = _barrier_counters(logits.device, n) if parts > 1 else lengths  # one-program rows meet no other
     if counters is None:
         return False
-    span = max(triton.next_power_of_2(triton.cdiv(width, parts)), 256)
+    span = max(next_power_of_2(cdiv(width, parts)), 256)
     slice_ = min(span, max_slice)
     chunks = span // slice_
     exch = torch.empty(n, 2, parts, BINS.value, device=logits.device, dtype=torch.int32)
