@@ -16,5 +16,11 @@ def num_sms(device: torch.device) -> int:
 
 
 @functools.cache
+def capability(device: torch.device) -> tuple[int, int]:
+    """Compute capability ((0, 0) off CUDA)."""
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else (0, 0)
+
+
+@functools.cache
 def l2_bytes(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).L2_cache_size

@@ -6,7 +6,9 @@ default) follows the order above, except that under batch-invariant mode (kernel
 sparse MLA keeps to our kernel; "ours" is "auto" without the libraries (for call shapes that ours
 serves faster than they do). A library that is absent, fails to load, or refuses a shape is
 never an error under "auto": the call falls through to ours, "triton" (Gluon on Hopper; logged once per
-reason).
+reason). Our kernels over e4m3 data need compute capability 8.9 (Triton compiles e4m3 from Ada
+on): on an older GPU (A100, A10) "auto" and "ours" run those calls on the references, on the GPU,
+with one warning.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import logging
 import torch
 
 from . import reference as ref
+from .device import capability
 
 log = logging.getLogger(__name__)
 TOPK_METHODS = ("paged", "ragged")
 MODULES = {"deepgemm": "deep_gemm", "flashmla": "flash_mla"}  # backend name -> import name
+FP8_CAPABILITY = (8, 9)  # Triton refuses e4m3 (fp8e4nv) below it
 
 
 @functools.cache
@@ -45,7 +49,7 @@ def _unless_batch_invariant(choice: str, backend: str) -> str:
 
 
 def _hopper_or_newer(t: torch.Tensor) -> bool:
-    return t.is_cuda and torch.cuda.get_device_capability(t.device)[0] in (9, 10)
+    return t.is_cuda and capability(t.device)[0] in (9, 10)
 
 
 def available_backends(device: torch.device | str = "cuda") -> dict[str, bool]:
@@ -73,15 +77,19 @@ def _gluon_sparse_mla(device) -> bool:
     return gluon_runs_on(torch.device(device))
 
 
-def _choose(t: torch.Tensor, backend: str, library: str | None) -> str:
-    if backend == "ours":
-        return "triton" if t.is_cuda else "reference"
-    if backend != "auto":
+def _choose(t: torch.Tensor, backend: str, library: str | None, fp8: bool = False) -> str:
+    """The backend of a call on t; fp8: whether our kernel for it reads or writes e4m3."""
+    if backend not in ("auto", "ours"):
         return backend
     if not t.is_cuda:
         return "reference"
-    if library and _hopper_or_newer(t) and _library(MODULES[library]):
+    if backend == "auto" and library and _hopper_or_newer(t) and _library(MODULES[library]):
         return library
+    if fp8 and capability(t.device) < FP8_CAPABILITY:
+        _warn_once(f"GPU of compute capability {capability(t.device)}: our e4m3 kernels need "
+                   f"{FP8_CAPABILITY} (Triton's fp8e4nv), so the FP8 cache stores, indexer logits and "
+                   f"FP8-pool sparse MLA run on the PyTorch references")
+        return "reference"
     return "triton"
 
 
@@ -114,7 +122,7 @@ def _try_library(backend: str, key: tuple, fn):
 
 def store_index_keys(pool, keys, slots, page_size: int, *, rotate: bool = False, backend: str = "auto") -> None:
     """Quantize keys [T, 128] to e4m3 + per-token fp32 scale into pool [pages, page_size*132] uint8."""
-    if _choose(keys, backend, None) == "reference":
+    if _choose(keys, backend, None, fp8=True) == "reference":
         return ref.store_index_keys_ref(pool, keys, slots, page_size, rotate)
     from .cache_store import store_index_keys as triton_store
 
@@ -123,7 +131,7 @@ def store_index_keys(pool, keys, slots, page_size: int, *, rotate: bool = False,
 
 def store_mla_kv(pool, latent, rope, slots, *, backend: str = "auto") -> None:
     """Write latent [T, 512] + rope [T, 64] into a bf16 [S, 576] or FP8 uint8 [S, 656] MLA pool."""
-    if _choose(latent, backend, None) == "reference":
+    if _choose(latent, backend, None, fp8=pool.dtype == torch.uint8) == "reference":
         return ref.store_mla_ref(pool, latent, rope, slots)
     from .cache_store import store_mla
 
@@ -144,7 +152,7 @@ def paged_indexer_logits(
     """
     if context_lens is None or block_table is None:
         raise RuntimeError("paged indexer logits need block_table and per-token context_lens; got None")
-    choice = _choose(q_fp8, backend, "deepgemm")
+    choice = _choose(q_fp8, backend, "deepgemm", fp8=True)
     if choice == "reference":
         return ref.paged_indexer_logits_ref(
             q_fp8, weights, index_pool, block_table, context_lens, page_size, max_context_len, next_n)
@@ -183,7 +191,7 @@ def ragged_indexer_logits(
     """Prefill logits [Nq, Nk] fp32; query i sees keys [k_start[i], k_end[i]) of k_fp8 [Nk, 128]."""
     if k_start is None or k_end is None:
         raise RuntimeError("ragged indexer logits need per-token key offsets k_start/k_end; got None")
-    choice = _choose(q_fp8, backend, "deepgemm")
+    choice = _choose(q_fp8, backend, "deepgemm", fp8=True)
     if choice == "reference":
         return ref.ragged_indexer_logits_ref(q_fp8, weights, k_fp8, k_scale, k_start, k_end)
     if choice == "deepgemm":
@@ -254,7 +262,7 @@ def sparse_mla_decode(q, kv_pool, indices, sm_scale: float, *, backend: str = "a
     FlashMLA's sparse decode reads only the FP8 layout; a bf16 pool goes to Triton.
     """
     fp8 = kv_pool.dtype == torch.uint8
-    choice = _unless_batch_invariant(_choose(q, backend, "flashmla" if fp8 else None), backend)
+    choice = _unless_batch_invariant(_choose(q, backend, "flashmla" if fp8 else None, fp8=fp8), backend)
     if choice == "reference":
         out, lse = ref.sparse_mla_ref(q, kv_pool, indices, sm_scale)
         return out.to(torch.bfloat16), lse

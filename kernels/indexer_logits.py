@@ -29,7 +29,7 @@ _GLUON = "the Gluon paged indexer kernel"
 
 from dsa_backend.cache.layout import INDEX_FP8_BYTES, INDEX_HEAD_DIM
 
-from .device import num_sms
+from .device import capability, num_sms
 from .host_math import cdiv, next_power_of_2
 
 
@@ -136,7 +136,8 @@ def _check_q(q_fp8: torch.Tensor, weights: torch.Tensor) -> None:
         raise ValueError(f"weights must be float32 {tuple(q_fp8.shape[:2])}, got {weights.dtype} {tuple(weights.shape)}")
 
 
-def paged_config(batch: int, max_context_len: int, next_n: int, num_sms: int = 132, page_size: int = 64) -> dict:
+def paged_config(batch: int, max_context_len: int, next_n: int, num_sms: int = 132, page_size: int = 64,
+                 tma: bool = True) -> dict:
     """Tile shape for the paged kernel: 64-key tiles, in key chunks that give every SM work.
 
     From the H200 sweeps in docs/PERFORMANCE.md (CUDA-graph times, 2026-11-22): next_n 1 is
@@ -144,8 +145,9 @@ def paged_config(batch: int, max_context_len: int, next_n: int, num_sms: int = 1
     loads at batch 32 / 128, 32K keys; gathered, 512-key chunks were best); next_n 2 and 4 gather
     (TMA was 15-25% slower there) in 2048-key chunks, with two stages and 4 warps at next_n 2,
     three stages and 8 warps at next_n 4. Chunks shrink until there are 4 programs per SM at
-    next_n 1, 2 above it; 128-key tiles were 10-25% slower."""
-    tma = TensorDescriptor is not None and next_n == 1 and page_size % 64 == 0
+    next_n 1, 2 above it; 128-key tiles were 10-25% slower. tma=False: a GPU without TMA (before
+    Hopper) gathers at next_n 1 too."""
+    tma = tma and TensorDescriptor is not None and next_n == 1 and page_size % 64 == 0
     keys_per_prog = 512 if next_n == 1 and not tma else 2048
     programs = (4 if next_n == 1 else 2) * num_sms
     while keys_per_prog > 128 and batch * cdiv(max_context_len, keys_per_prog) < programs:
@@ -170,6 +172,11 @@ def _key_sources(index_pool: torch.Tensor, page_size: int, block_k: int, tma: bo
     keys, scales = pool_parts(index_pool, page_size)
     return (TensorDescriptor.from_tensor(keys, block_shape=[1, block_k, INDEX_HEAD_DIM]),
             TensorDescriptor.from_tensor(scales, block_shape=[1, block_k]))
+
+
+def _has_tma(device: torch.device) -> bool:
+    """TMA copies exist from Hopper (sm_90) on; the interpreter (CPU) emulates them."""
+    return device.type != "cuda" or capability(device) >= (9, 0)
 
 
 def gluon_paged_runs(device: torch.device, page_size: int = 64) -> bool:
@@ -216,6 +223,10 @@ def paged_indexer_logits(
         raise ValueError(f"index_pool must be contiguous uint8 [pages, {page_size * INDEX_FP8_BYTES}]")
     if n == 0 or max_context_len == 0:
         return torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
+
+    def triton_config():  # TMA key tiles where the GPU has TMA
+        return paged_config(batch, max_context_len, next_n, page_size=page_size, tma=_has_tma(q_fp8.device))
+
     gluon_cfg = None if config else gluon_paged_config(q_fp8.device, batch, max_context_len, next_n, page_size)
     if gluon_cfg is not None:
         return with_fallback(
@@ -225,10 +236,9 @@ def paged_indexer_logits(
                                                        lens.to(torch.int32), max_context_len, next_n, clean_logits,
                                                        gluon_cfg),
             lambda: paged_indexer_logits(q_fp8, weights, index_pool, block_table, context_lens, page_size,
-                                         max_context_len, next_n, clean_logits,
-                                         config=paged_config(batch, max_context_len, next_n, page_size=page_size)))
+                                         max_context_len, next_n, clean_logits, config=triton_config()))
     out = torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
-    cfg = dict(config or paged_config(batch, max_context_len, next_n, page_size=page_size))
+    cfg = dict(config or triton_config())
     cfg.setdefault("TMA", False)
     if cfg["TMA"] and TensorDescriptor is None:
         raise ValueError("TMA key tiles need triton.tools.tensor_descriptor, which this Triton lacks")

@@ -253,3 +253,26 @@ def test_engine_greedy_outputs_agree_across_backends_on_cuda(one_layer_checkpoin
     total = sum(len(x) for x in results["torch"])
     print(f"\n[{kv_cache_dtype}] greedy tokens in the common prefix: {same}/{total}")
     assert same >= GREEDY_PREFIX * total
+
+
+@gpu
+def test_kernel_backend_on_a_gpu_without_e4m3_kernels_matches_the_reference(one_layer_checkpoint, monkeypatch):
+    """As on an A100 (8.0), where Triton compiles no e4m3: the indexer logits and the FP8-pool
+    sparse MLA run on the references, on the GPU (no e4m3 kernel of ours may run), the top-k on ours."""
+    from dsa_backend.models import load_model
+    from dsa_kernels import dispatch, indexer_logits, sparse_mla
+
+    def e4m3_kernel(*args, **kwargs):
+        raise AssertionError("an e4m3 kernel of ours ran")
+
+    monkeypatch.setattr(dispatch, "capability", lambda device: (8, 0))
+    for module, name in ((indexer_logits, "paged_indexer_logits"), (indexer_logits, "ragged_indexer_logits"),
+                         (sparse_mla, "sparse_mla")):
+        monkeypatch.setattr(module, name, e4m3_kernel)
+    model, _ = load_model(one_layer_checkpoint, torch.bfloat16, "cuda")
+    prompts = random_prompts((20, 45, 70, 100), seed=5)
+    ref_topk, ref_logits, ref_decode = _prefill_then_decode(model, "fp8", prompts, [5, 6, 7, 8], TorchDsaBackend())
+    topk, logits, decode = _prefill_then_decode(model, "fp8", prompts, [5, 6, 7, 8], KernelDsaBackend())
+    assert min(_overlap(a, b) for a, b in zip(topk, ref_topk)) >= TOPK_OVERLAP
+    assert max(float((x - y).abs().max() / y.abs().max())
+               for x, y in ((logits, ref_logits), (decode, ref_decode))) <= LOGITS_RTOL

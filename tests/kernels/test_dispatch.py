@@ -1,5 +1,6 @@
 """The dispatch layer: references on the CPU, clear errors for missing metadata, no hard deps."""
 
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -20,6 +21,25 @@ def test_ours_is_auto_without_the_libraries(monkeypatch):
     monkeypatch.setattr(dispatch, "_library", lambda name: pytest.fail(f"'ours' asked for {name}"))
     assert dispatch._choose(torch.zeros(1), "ours", "deepgemm") == "reference"
     assert dispatch._choose(SimpleNamespace(is_cuda=True), "ours", "deepgemm") == "triton"
+
+
+def test_a_gpu_without_e4m3_kernels_runs_fp8_calls_on_the_references(monkeypatch, caplog):
+    """An A100 (8.0): Triton compiles no e4m3 there, so the FP8 calls take the references (on the
+    GPU) under auto and ours; the rest stay on our kernels; a named backend is taken as named."""
+    gpu = SimpleNamespace(is_cuda=True, device=torch.device("cuda", 0))
+    monkeypatch.setattr(dispatch, "_library", lambda name: object())  # DeepGEMM and FlashMLA load
+    monkeypatch.setattr(dispatch, "capability", lambda device: (8, 0))
+    dispatch._warn_once.cache_clear()
+    with caplog.at_level(logging.WARNING):
+        assert dispatch._choose(gpu, "auto", "deepgemm", fp8=True) == "reference"  # the libraries need SM90
+        assert dispatch._choose(gpu, "ours", None, fp8=True) == "reference"
+    assert "(8, 0)" in caplog.text and "references" in caplog.text
+    assert dispatch._choose(gpu, "auto", None) == "triton"  # top-k, bf16 sparse MLA
+    assert dispatch._choose(gpu, "triton", None, fp8=True) == "triton"
+    monkeypatch.setattr(dispatch, "capability", lambda device: (8, 9))  # Ada: e4m3 compiles, no libraries
+    assert dispatch._choose(gpu, "auto", "deepgemm", fp8=True) == "triton"
+    monkeypatch.setattr(dispatch, "capability", lambda device: (9, 0))
+    assert dispatch._choose(gpu, "auto", "deepgemm", fp8=True) == "deepgemm"
 
 
 def test_an_absent_library_is_not_an_error():
@@ -137,7 +157,7 @@ def test_batch_invariant_mode_keeps_flashmla_out_of_auto(monkeypatch):
     prefill entry: under the mode both entries run our kernel (as here on a Hopper with FlashMLA)."""
     from dsa_kernels import batch_invariant, sparse_mla
 
-    monkeypatch.setattr(dispatch, "_choose", lambda t, backend, library: library or "triton")
+    monkeypatch.setattr(dispatch, "_choose", lambda t, backend, library, fp8=False: library or "triton")
     monkeypatch.setattr(dispatch, "_flashmla_schedule_ready", lambda *args: True)
     monkeypatch.setattr(dispatch, "_flashmla_decode", lambda *args: ("flashmla", None))
     monkeypatch.setattr(dispatch, "_library", lambda name: SimpleNamespace(flash_mla_sparse_fwd=lambda *a, **k: (
@@ -150,3 +170,30 @@ def test_batch_invariant_mode_keeps_flashmla_out_of_auto(monkeypatch):
     assert dispatch.sparse_mla_decode(q, pool, idx, 0.1)[0] == "ours"
     assert dispatch.sparse_mla_prefill(q, torch.zeros(128, 576), idx, 0.1)[0] == "ours"
     assert dispatch.sparse_mla_decode(q, pool, idx, 0.1, backend="flashmla")[0] == "flashmla"  # named: as asked
+
+
+@pytest.mark.gpu
+def test_the_fp8_stores_run_on_the_references_on_a_gpu_without_e4m3_kernels(monkeypatch):
+    """On the GPU, under an A100's capability: the stores write what the reference writes, and no
+    Triton store runs (the engine's own path is tests/test_attention.py's)."""
+    from dsa_kernels import cache_store
+
+    def e4m3_kernel(*args, **kwargs):
+        raise AssertionError("an e4m3 kernel of ours ran")
+
+    monkeypatch.setattr(dispatch, "capability", lambda device: (8, 0))
+    monkeypatch.setattr(cache_store, "store_index_keys", e4m3_kernel)
+    monkeypatch.setattr(cache_store, "store_mla", e4m3_kernel)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    keys = torch.randn(40, 128, device="cuda", generator=g).bfloat16()
+    latent = torch.randn(40, 512, device="cuda", generator=g).bfloat16()
+    rope = torch.randn(40, 64, device="cuda", generator=g).bfloat16()
+    slots = torch.randperm(128, device="cuda", generator=g)[:40]
+    got, want = (torch.zeros(2, 64 * 132, dtype=torch.uint8, device="cuda") for _ in range(2))
+    dsa_kernels.store_index_keys(got, keys, slots, 64, rotate=True)
+    reference.store_index_keys_ref(want, keys, slots, 64, rotate=True)
+    assert torch.equal(got, want)
+    got, want = (torch.zeros(128, 656, dtype=torch.uint8, device="cuda") for _ in range(2))
+    dsa_kernels.store_mla_kv(got, latent, rope, slots)
+    reference.store_mla_ref(want, latent, rope, slots)
+    assert torch.equal(got, want)

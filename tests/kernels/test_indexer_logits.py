@@ -54,6 +54,17 @@ def test_default_config_uses_tma_only_for_next_n_1_on_pages_of_whole_tiles():
     assert not indexer_logits.paged_config(128, 32768, 2, page_size=64)["TMA"]
 
 
+def test_gpus_before_hopper_gather_every_tile(monkeypatch):
+    """TMA exists from sm_90 on: an Ada GPU (8.9) takes the gathered loads at next_n 1 too."""
+    assert not indexer_logits.paged_config(128, 32768, 1, page_size=64, tma=False)["TMA"]
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(indexer_logits, "capability", lambda device: (8, 9))
+    assert not indexer_logits._has_tma(cuda)
+    monkeypatch.setattr(indexer_logits, "capability", lambda device: (9, 0))
+    assert indexer_logits._has_tma(cuda)
+    assert indexer_logits._has_tma(torch.device("cpu"))  # the interpreter emulates TMA
+
+
 def test_decode_logits_fall_back_to_triton_when_the_gluon_kernel_does_not_compile(monkeypatch, caplog):
     # as on Hopper with a Triton whose Gluon API the kernel does not match
     monkeypatch.setattr(gluon_compat, "_BROKEN", set())
