@@ -22,8 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_dot import INTERPRET, dot
 from .host_math import cdiv
+from .triton_dot import INTERPRET, dot
 
 log = logging.getLogger(__name__)
 

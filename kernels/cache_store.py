@@ -13,8 +13,8 @@ import triton.language as tl
 
 from dsa_backend.cache.layout import INDEX_FP8_BYTES, INDEX_HEAD_DIM, KV_LORA_RANK, MLA_FP8_BYTES, ROPE_DIM
 
-from .reference import hadamard_matrix
 from .host_math import cdiv
+from .reference import hadamard_matrix
 
 _HADAMARD: dict = {}
 

@@ -23,8 +23,8 @@ from dsa_backend.cache.layout import KV_LORA_RANK, MLA_FP8_BYTES, ROPE_DIM
 
 from . import batch_invariant
 from .cache_store import _to_bf16
-from .triton_dot import INTERPRET, dot
 from .host_math import cdiv, next_power_of_2
+from .triton_dot import INTERPRET, dot
 
 try:
     from . import sparse_mla_gluon

@@ -38,8 +38,8 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .device import num_sms
-from .triton_dot import INTERPRET
 from .host_math import cdiv, next_power_of_2
+from .triton_dot import INTERPRET
 
 TRANSFORM_NONE, TRANSFORM_PAGED, TRANSFORM_RAGGED = 0, 1, 2
 STORE_IN_PLACE = tl.constexpr(not INTERPRET)  # _scatter

@@ -59,9 +59,9 @@ import triton
 import triton.language as tl
 
 from .device import num_sms
+from .host_math import cdiv, next_power_of_2
 from .topk import _ordered_key, _row, _scatter, _transform
 from .triton_dot import INTERPRET
-from .host_math import cdiv, next_power_of_2
 
 log = logging.getLogger(__name__)
 
