@@ -10,7 +10,8 @@ to bf16 first). The earlier form kept four 128-wide tiles and scaled scores and 
 instead: exact in float32, but it spilled and ran at 0.30x FlashMLA at batch 128 against 0.58x for
 this one (docs/PERFORMANCE.md). When N * H / BLOCK_H programs cannot fill the GPU, the top-k
 range is split across programs and a second small kernel merges the partial results by their
-log-sum-exp (split-K, as FlashMLA does: one extra launch).
+log-sum-exp (split-K, as FlashMLA does: one extra launch); on Hopper two or four splits of the
+Gluon kernel meet and merge in the kernel instead (kernels/sparse_mla_gluon.py).
 """
 
 from __future__ import annotations
@@ -251,18 +252,22 @@ def sparse_mla(
                 part, part_lse, sm_scale * _LOG2E, keys_per_split, split,
                 H=heads, FP8=fp8, PARTIAL=split > 1, UPCAST=INTERPRET, **cfg,
             )
+            return False
 
-        def gluon_kernel():
-            sparse_mla_gluon.launch(q, views, stride_kv, kv_pool.shape[0], indices, topk, part, part_lse,
-                                    sm_scale * _LOG2E, keys_per_split, split, fp8)
+        def gluon_kernel():  # True when its splits met and merged in the kernel
+            # not under batch-invariant mode: whether a grid meets depends on the batch, and the
+            # meeting's sums may round apart from the merge kernel's
+            return sparse_mla_gluon.launch(q, views, stride_kv, kv_pool.shape[0], indices, topk, part, part_lse, out,
+                                           lse, sm_scale * _LOG2E, keys_per_split, split, fp8,
+                                           merge=not batch_invariant.enabled())
 
         if not gluon:
-            triton_kernel()
+            merged = triton_kernel()
         elif chosen:
-            with_fallback(_GLUON, gluon_kernel, triton_kernel)
+            merged = with_fallback(_GLUON, gluon_kernel, triton_kernel)
         else:
-            gluon_kernel()
-        if split > 1:
+            merged = gluon_kernel()
+        if split > 1 and not merged:
             merge = merge_config(split)
             _merge_splits_kernel[(rows * heads * (KV_LORA_RANK // merge["BLOCK_D"]),)](
                 part, part_lse, out, lse, split, H=heads, SPLITS=next_power_of_2(split), **merge)

@@ -1,9 +1,9 @@
 """Sparse MLA on Hopper, in Gluon: three warpgroups with one job each, so that the next key tile is
 gathered (and dequantized, from an FP8 pool) while the tensor cores work on this one.
 
-Same contract as kernels/sparse_mla.py, which launches it and shares its split-K merge: one program
-takes 64 heads of one query row over its top-k range, 64 keys per tile. Shared memory holds Q, two
-bf16 key buffers and P (~226 KB), so one program runs per SM. The warpgroups (gl.warp_specialize):
+Same contract as kernels/sparse_mla.py, which launches it: one program takes 64 heads of one query
+row over its top-k range, 64 keys per tile. Shared memory holds Q, two bf16 key buffers and P
+(~226 KB), so one program runs per SM. The warpgroups (gl.warp_specialize):
 
 - the scorer: its heads' Q into shared memory while the gatherer fetches the first tile (loaded
   before the partitions start, it held the gatherer back: 1-5% at every decode shape), then QK of
@@ -23,6 +23,15 @@ Synchronization is by mbarriers: `ready` / `free` per key buffer (gatherer -> sc
 warpgroups -> gatherer), `p_ready` / `p_free` for P, and `done` for the scorer's final 1 / l. Each
 partition passes its own barrier before one of its threads arrives. A bf16 output leaves through
 the key buffer no product reads any more, in 16-byte row stores (_store_columns).
+
+A split top-k range leaves float32 partials. At two or four splits (MERGES; batch 9-33 at 128
+heads, 17-66 at 64), where the launch is cooperative (all of a grid's programs resident at once),
+the splits of a (row, head block) meet at a counter in global memory (kernels/grid_barrier.py) and
+each merges a 1 / MERGE share of the value columns (_merge_share): its own part of that share
+stays in shared memory, over the key buffers (_keep_share), and only the others' parts go through
+L2. That halves the partials written and read at two splits and saves the merge launch (H100:
+1.05-1.09x the op at batch 16-32, docs/PERFORMANCE.md, "The splits merged where they meet").
+Otherwise sparse_mla's merge kernel merges them, one launch later.
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from dsa_backend.cache.layout import MLA_FP8_BYTES as _MLA_FP8_BYTES
 
+from . import grid_barrier
+from .device import num_sms
 from .gluon_compat import barrier, cp_async, reinterpret
 
 MLA_FP8_BYTES = gl.constexpr(_MLA_FP8_BYTES)
@@ -64,6 +75,10 @@ ROPE_ROWS = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))  # 64
 # 128 columns of four rows, so that neither the raw loads nor the swizzled bf16 stores conflict (a
 # warp over one whole row puts eight lanes' stores in each bank group).
 DEQUANT = gl.constexpr(gl.BlockedLayout([1, 1, 16], [4, 1, 8], [4, 1, 1], [2, 1, 0]))
+# the split counts that merge where they meet: from 8 splits (batch 8 and below at 128 heads) the
+# merge kernel, whose reads spread over every SM, is as fast or faster (H100, docs/PERFORMANCE.md)
+MERGES = (2, 4)
+_KERNEL = "the Gluon sparse MLA kernel's merge"
 
 
 @gluon.jit
@@ -153,6 +168,88 @@ def _store_lse(m_i, l_i, lse_ptr, n, split, num_splits, h0, H: gl.constexpr, PAR
         gl.store(lse_ptr + n * H + h, lse * 0.6931471805599453)
 
 
+# ---------------------------------------------------------------- the splits' merge
+
+@gluon.jit
+def _arrive(counter, MERGE: gl.constexpr):
+    """Count this split in at its group's counter (128 / MERGE), after the barrier that puts every
+    thread's stores before the release; returns the count before."""
+    barrier()
+    return gl.atomic_add(counter, 128 // MERGE, sem="acq_rel", scope="gpu")
+
+
+@gluon.jit
+def _wait_for_the_group(counter, arrived):
+    """Wait until the counter reaches the multiple of 128 after `arrived` (this group's count before
+    one of this program's arrivals): every split's partials are then visible."""
+    target = (arrived & -128) + 128
+    while gl.atomic_add(counter, 0, sem="acquire", scope="gpu") - target < 0:
+        pass
+    barrier()
+
+
+@gluon.jit
+def _keep_share(acc, inv, o_smem, free, n_tiles, part_ptr, n, split, h0, c0, H: gl.constexpr, MERGE: gl.constexpr):
+    """A warpgroup's value columns c0 .. c0 + 255 times 1 / l, float32, once both MMA warpgroups are
+    done with the key buffers (the last tile's `free`): all of them into o_smem ([share, head,
+    column], over those buffers), and to the split's partials in global memory only the columns
+    other splits merge."""
+    COLS: gl.constexpr = 512 // MERGE
+    o = acc * gl.convert_layout(inv, gl.SliceLayout(1, PV), assert_trivial=True)[:, None]
+    if n_tiles > 0:
+        mbarrier.wait(free.index((n_tiles - 1) % 2), ((n_tiles - 1) // 2) & 1)
+    shares = gl.permute(gl.reshape(o, [64, 256 // COLS, COLS]), [1, 0, 2])
+    o_smem.slice(c0 // COLS, 256 // COLS, dim=0).store(shares)
+    h = h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, PV))
+    col = c0 + gl.arange(0, 256, layout=gl.SliceLayout(0, PV))
+    gl.store(part_ptr + ((n * MERGE + split) * H + h).to(gl.int64)[:, None] * 512 + col[None, :], o,
+             mask=(col // (512 // MERGE) != split)[None, :])
+
+
+@gluon.jit
+def _merge_share(o_smem, part_ptr, part_lse_ptr, out_ptr, lse_ptr, n, split, h0, H: gl.constexpr,
+                 MERGE: gl.constexpr):
+    """Split `split`'s share of its group's merge, as sparse_mla's merge kernel does it: value columns
+    split * 512 / MERGE onwards of its 64 heads, every split's partials weighted by their
+    log-sum-exp (its own from o_smem, the others' from L2), out in bf16; split 0 writes the
+    natural-log lse. Each thread holds every split of its columns, 16 bytes of each: a pass takes
+    64 / MERGE columns (32 registers a thread; 128 / MERGE spilled in the scorer's loop at two
+    splits, ptxas for sm_90, Triton 3.9)."""
+    COLS: gl.constexpr = 512 // MERGE
+    WIDTH: gl.constexpr = 64 // MERGE
+    LANES: gl.constexpr = WIDTH // 4
+    L3: gl.constexpr = gl.BlockedLayout([MERGE, 1, 4], [1, 32 // LANES, LANES], [1, 4, 1], [2, 1, 0])
+    HEADS: gl.constexpr = gl.SliceLayout(2, L3)
+    OUT: gl.constexpr = gl.SliceLayout(0, L3)
+    s = gl.arange(0, MERGE, layout=gl.SliceLayout(1, HEADS))
+    h = h0 + gl.arange(0, 64, layout=gl.SliceLayout(0, HEADS))
+    part = (n * MERGE + s[:, None]) * H + h[None, :]  # [MERGE, 64]
+    lse = gl.load(part_lse_ptr + part, cache_modifier=".cg")
+    top = gl.max(lse, axis=0)
+    top = gl.where(top == float("-inf"), 0.0, top)  # every split empty: weights 0, lse -inf
+    w = gl.exp2(lse - top[None, :])
+    total = gl.sum(w, axis=0)
+    has = total > 0
+    safe = gl.where(has, total, 1.0)
+    if split == 0:
+        gl.store(lse_ptr + n * H + h, gl.where(has, (top + gl.log2(safe)) * 0.6931471805599453, float("-inf")))
+    inv = gl.convert_layout(gl.where(has, 1.0 / safe, 0.0), gl.SliceLayout(1, OUT))
+    rows = part.to(gl.int64)[:, :, None] * 512
+    col_in = gl.arange(0, WIDTH, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))[None, None, :]
+    mine = (s == split)[:, None, None]
+    others = (s != split)[:, None, None]
+    # o_smem's bytes as shares of a rank-2 layout, which can take a runtime index
+    own = reinterpret(o_smem, gl.float32, [MERGE, 64, COLS], gl.SwizzledSharedLayout(4, 1, 8, [1, 0])).index(split)
+    col_out = gl.arange(0, WIDTH, layout=gl.SliceLayout(0, OUT))[None, :]
+    h_out = (n * H + h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, OUT))).to(gl.int64)[:, None] * 512
+    for c in gl.static_range(0, COLS, WIDTH):
+        first = split * COLS + c
+        vals = gl.load(part_ptr + rows + first + col_in, mask=others, other=0.0, cache_modifier=".cg")
+        vals = gl.where(mine, own.slice(c, WIDTH, dim=1).load(OUT)[None, :, :], vals)
+        o = gl.sum(vals * w[:, :, None], axis=0) * inv[:, None]
+        gl.store(out_ptr + h_out + first + col_out, o.to(gl.bfloat16))
+
+
 # ---------------------------------------------------------------- the gatherers
 
 @gluon.jit
@@ -236,8 +333,8 @@ def _gather_fp8(k_lat, k_rope, raw2, raw3, scales, valid, ready, free, kv_ptr, k
 
 @gluon.jit
 def _scorer(q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free, p_ready,
-            p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
-            H: gl.constexpr, PARTIAL: gl.constexpr):
+            p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0, o_smem,
+            H: gl.constexpr, PARTIAL: gl.constexpr, MERGE: gl.constexpr):
     """Warpgroup 0: Q into shared memory while the gatherer fetches the first tile, then QK of each
     whole tile, the online softmax, and value columns 0..255."""
     q_row = q_base + (h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, ROPE_ROWS)))[:, None] * stride_qh
@@ -275,15 +372,18 @@ def _scorer(q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem,
     inv_smem.store(inv)
     barrier()  # (this warpgroup's barrier) 1 / l is in place for the second warpgroup
     mbarrier.arrive(done)
-    # key buffer n_tiles % 2 last held tile n_tiles - 2, whose products are done (p_free above)
-    stage = k_lat.index(n_tiles % 2).slice(0, 256, dim=1)
-    _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, 0, stage, H, PARTIAL)
+    if MERGE:
+        _keep_share(acc, inv, o_smem, free, n_tiles, out_ptr, n, split, h0, 0, H, MERGE)
+    else:
+        # key buffer n_tiles % 2 last held tile n_tiles - 2, whose products are done (p_free above)
+        stage = k_lat.index(n_tiles % 2).slice(0, 256, dim=1)
+        _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, 0, stage, H, PARTIAL)
     _store_lse(m_i, l_i, lse_ptr, n, split, num_splits, h0, H, PARTIAL, gl.SliceLayout(1, QK))
 
 
 @gluon.jit
 def _second_half(k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr,
-                 n, split, num_splits, h0, H: gl.constexpr, PARTIAL: gl.constexpr):
+                 n, split, num_splits, h0, o_smem, H: gl.constexpr, PARTIAL: gl.constexpr, MERGE: gl.constexpr):
     """Warpgroup 1: value columns 256..511 from the scorer's P, rescaled by its factors."""
     acc = gl.zeros([64, 256], gl.float32, PV)
     n_tiles = _num_tiles(lo, end)
@@ -296,9 +396,12 @@ def _second_half(k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, don
         mbarrier.arrive(p_free)
         mbarrier.arrive(free.index(t % 2))
     mbarrier.wait(done, 0)
-    stage = k_lat.index(n_tiles % 2).slice(256, 256, dim=1)  # as the scorer's
-    _store_columns(acc, inv_smem.load(gl.SliceLayout(1, PV)), out_ptr, n, split, num_splits, h0, 256, stage, H,
-                   PARTIAL)
+    inv = inv_smem.load(gl.SliceLayout(1, PV))
+    if MERGE:
+        _keep_share(acc, inv, o_smem, free, n_tiles, out_ptr, n, split, h0, 256, H, MERGE)
+    else:
+        stage = k_lat.index(n_tiles % 2).slice(256, 256, dim=1)  # as the scorer's
+        _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, 256, stage, H, PARTIAL)
 
 
 # ---------------------------------------------------------------- the kernel
@@ -307,7 +410,8 @@ def _second_half(k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, don
 def _sparse_mla_kernel(
     q_ptr, stride_qn, stride_qh, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots,
     idx_ptr, stride_idx, topk, out_ptr, lse_ptr, scale_log2, keys_per_split, num_splits,
-    H: gl.constexpr, FP8: gl.constexpr, PARTIAL: gl.constexpr, num_warps: gl.constexpr,
+    count_ptr, merged_ptr, merged_lse_ptr,
+    H: gl.constexpr, FP8: gl.constexpr, PARTIAL: gl.constexpr, MERGE: gl.constexpr, num_warps: gl.constexpr,
 ):
     LAT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 512], gl.bfloat16)
     ROPE: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16)
@@ -344,6 +448,11 @@ def _sparse_mla_kernel(
     mbarrier.init(done, count=1)
     fence_async_shared()
     barrier()  # the barriers are in place for every warp
+    # with MERGE, the split's normalized output in float32 over the key buffers once the products
+    # are done (_keep_share), as [share, head, column] for MERGE shares; 16-byte pieces swizzled by
+    # row, so the MMA layout's stores (eight rows a warp) fall in different banks
+    o_smem = reinterpret(k_lat, gl.float32, [max(MERGE, 1), 64, 512 // max(MERGE, 1)],
+                         gl.SwizzledSharedLayout(4, 1, 8, [2, 1, 0]))
     # the partitions' arguments written out here: constexprs bound to a name first would reach
     # them as runtime values, and a partition cannot be chosen into a variable
     if FP8:
@@ -355,9 +464,9 @@ def _sparse_mla_kernel(
         gl.warp_specialize([
             (_scorer, (q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free,
                        p_ready, p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
-                       H, PARTIAL)),
+                       o_smem, H, PARTIAL, MERGE)),
             (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr, n,
-                            split, num_splits, h0, H, PARTIAL)),
+                            split, num_splits, h0, o_smem, H, PARTIAL, MERGE)),
             (_gather_fp8, (k_lat, k_rope, raw2, raw3, scales, valid, ready, free, kv_ptr, kv_f32_ptr, kv_bf16_ptr,
                            stride_kv, num_slots, idx_row, lo, end)),
         ], [4, 4], [SECOND_REGS, GATHER_REGS])
@@ -365,11 +474,15 @@ def _sparse_mla_kernel(
         gl.warp_specialize([
             (_scorer, (q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free,
                        p_ready, p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
-                       H, PARTIAL)),
+                       o_smem, H, PARTIAL, MERGE)),
             (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr, n,
-                            split, num_splits, h0, H, PARTIAL)),
+                            split, num_splits, h0, o_smem, H, PARTIAL, MERGE)),
             (_gather, (k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots, idx_row, lo, end)),
         ], [4, 4], [SECOND_REGS, GATHER_REGS])
+    if MERGE:  # the partitions have joined: all of this split's partials are out
+        counter = count_ptr + n * (H // 64) + h0 // 64
+        _wait_for_the_group(counter, _arrive(counter, MERGE))
+        _merge_share(o_smem, out_ptr, lse_ptr, merged_ptr, merged_lse_ptr, n, split, h0, H, MERGE)
 
 
 @functools.cache
@@ -378,11 +491,28 @@ def runs_on(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
-def launch(q, views, stride_kv, num_slots, indices, topk, part, part_lse, scale_log2, keys_per_split, split, fp8):
-    """Start the kernel on sparse_mla's checked arguments; `part` / `part_lse` as there."""
+def launch(q, views, stride_kv, num_slots, indices, topk, part, part_lse, out, lse, scale_log2, keys_per_split, split,
+           fp8, merge: bool) -> bool:
+    """Start the kernel on sparse_mla's checked arguments; `part` / `part_lse` as there. With `merge`
+    (and a split of MERGES, a grid the SMs hold at once and meeting counters on this stream), the
+    splits merge into `out` / `lse` in the kernel: True. Otherwise, or if the driver refuses the
+    grid as a cooperative launch, the caller's merge kernel has to: False."""
     n, heads, _ = q.shape
-    _sparse_mla_kernel[(n * split * (heads // BLOCK_H),)](
-        q, q.stride(0), q.stride(1), *views, stride_kv, num_slots, indices, indices.stride(0), topk,
-        part, part_lse, scale_log2, keys_per_split, split,
-        H=heads, FP8=fp8, PARTIAL=split > 1, num_warps=NUM_WARPS,
-    )
+    grid = n * split * (heads // BLOCK_H)
+    run = functools.partial(
+        _sparse_mla_kernel[(grid,)], q, q.stride(0), q.stride(1), *views, stride_kv, num_slots, indices,
+        indices.stride(0), topk, part, part_lse, scale_log2, keys_per_split, split,
+        H=heads, FP8=fp8, PARTIAL=split > 1, num_warps=NUM_WARPS)
+    merge = (merge and split in MERGES and grid <= num_sms(q.device)
+             and not grid_barrier.refused(_KERNEL, q.device, grid))
+    counters = grid_barrier.counters(q.device, n * heads // BLOCK_H, _KERNEL, "the merge kernel") if merge else None
+    if counters is not None:
+        try:
+            run(counters, out, lse, MERGE=split, launch_cooperative_grid=True)
+            return True
+        except RuntimeError as exc:
+            if not grid_barrier.is_refusal(exc):
+                raise
+            grid_barrier.refuse(_KERNEL, q.device, grid)
+    run(part, part, part_lse, MERGE=0)  # no meeting: placeholders
+    return False

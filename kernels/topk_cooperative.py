@@ -39,31 +39,24 @@ it a slice at a time and holds only its list (step 2, _streamed):
 The result equals kernels/reference.topk_positions_ref bit for bit: ties at the k-th key go to the
 lowest positions, rows no longer than k return every position then -1.
 
-Barriers: one int32 counter per row (per device and stream) that is zeroed once and never reset.
-Each program adds 128 / P and waits for the next multiple of 128, so the counters stay multiples of
-128 between launches whatever P a launch uses; they are compared by difference, so wrapping around
-is harmless. A row of one program meets only itself, at a block barrier. Under TRITON_INTERPRET=1
-programs run one after another, so P is 1 there. The counters are made outside CUDA-graph
-captures: a graph captured on a stream before any top-k ran there eagerly takes the three
-launches (_barrier_counters), so run one call on the capture stream first, as an engine's warm-up
-does.
+Barriers: one counter per row (kernels/grid_barrier.py): each program adds 128 / P and waits for
+the next multiple of 128. A row of one program meets only itself, at a block barrier. Under
+TRITON_INTERPRET=1 programs run one after another, so P is 1 there. The counters are made outside
+CUDA-graph captures: a graph captured on a stream before any top-k ran there eagerly takes the
+three launches (grid_barrier.counters), so run one call on the capture stream first, as an
+engine's warm-up does.
 """
 
 from __future__ import annotations
-
-import functools
-import logging
 
 import torch
 import triton
 import triton.language as tl
 
-from .device import num_sms
+from . import grid_barrier
 from .host_math import cdiv, next_power_of_2
 from .topk import _ordered_key, _row, _scatter, _transform
 from .triton_dot import INTERPRET
-
-log = logging.getLogger(__name__)
 
 BINS = tl.constexpr(64)
 VALUE_ROUNDS = tl.constexpr(3)
@@ -569,33 +562,7 @@ def device_parts(rows: int, width: int, num_sms: int) -> int | None:
     return parts if (parts == 1 or rows * parts <= num_sms) and cdiv(width, parts) <= MAX_SPAN else None
 
 
-_counters: dict = {}
-_refused: dict = {}  # per device, the smallest grid the driver refused to launch cooperatively
-
-
-@functools.cache
-def _warn_capture_once() -> None:
-    log.warning("top-k captured in a CUDA graph before any eager call on its stream: that graph takes the three "
-                "launches; run one top-k on the capture stream before capturing for the single launch")
-
-
-def _barrier_counters(device: torch.device, rows: int) -> torch.Tensor | None:
-    """The rows' barrier counters, zeroed once per device and stream (a launch on another stream
-    must not share them); None inside a CUDA-graph capture on a stream that has none yet. Made
-    there, they would be zeroed only when that graph replays, while graphs captured later on the
-    stream share them and may replay first, over whatever the memory held: meetings that let a
-    program through early, and a wrong top-k. Nor can a capture make them on a side stream
-    (PyTorch's default capture mode refuses it: H100, 2026-11-26). A graph keeps the counters of
-    the stream it was captured on, wherever it replays: nothing else may use them meanwhile. Rows
-    of several programs never exceed the SM count, so the first buffer is final."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    buf = _counters.get((device, stream))
-    if buf is None or buf.numel() < rows:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            _warn_capture_once()
-            return None
-        buf = _counters[(device, stream)] = torch.zeros(max(rows, num_sms(device)), device=device, dtype=torch.int32)
-    return buf
+_KERNEL = "the one-launch top-k"
 
 
 def cooperative_topk(
@@ -604,13 +571,14 @@ def cooperative_topk(
 ) -> bool:
     """Arguments as kernels/topk.topk_transform, parts from parts_per_row; False (nothing written)
     when the driver refuses the grid as a cooperative launch, e.g. an MPS client given fewer SMs
-    than the device has, or inside a capture with no barrier counters yet (_barrier_counters): the
+    than the device has, or inside a capture with no barrier counters yet (grid_barrier.counters): the
     caller then takes the three launches. A program holds up to max_slice keys at once and streams
     a longer span (tests stream small rows with a small one)."""
     n, width = logits.shape
-    if parts > 1 and n * parts >= _refused.get(logits.device, n * parts + 1):
+    if parts > 1 and grid_barrier.refused(_KERNEL, logits.device, n * parts):
         return False
-    counters = _barrier_counters(logits.device, n) if parts > 1 else lengths  # one-program rows meet no other
+    # one-program rows meet no other
+    counters = grid_barrier.counters(logits.device, n, _KERNEL, "the three launches") if parts > 1 else lengths
     if counters is None:
         return False
     span = max(next_power_of_2(cdiv(width, parts)), 256)
@@ -633,9 +601,9 @@ def cooperative_topk(
             **_launch_options(logits.device, parts),
         )
     except RuntimeError as exc:
-        if "cooperative" not in str(exc):
+        if not grid_barrier.is_refusal(exc):
             raise
-        _refused[logits.device] = min(n * parts, _refused.get(logits.device, n * parts))
+        grid_barrier.refuse(_KERNEL, logits.device, n * parts)
         return False
     return True
 

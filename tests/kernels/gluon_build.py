@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+import re
 
 # compile afresh and have Triton print ptxas's report, so its performance warnings can be read
 os.environ["TRITON_ALWAYS_COMPILE"] = "1"
@@ -26,28 +27,31 @@ HOPPER = GPUTarget("cuda", 90, 64)
 
 def build(fn, types: dict, constants: dict, aligned: set, num_warps: int):
     """fn for sm_90, arguments typed by `types` (int32 otherwise), those in `aligned` 16-divisible
-    as the launcher specializes them; and ptxas's "Potential Performance Loss" lines (a wgmma
-    chain serialized, setmaxnreg ignored)."""
+    as the launcher specializes them; ptxas's "Potential Performance Loss" lines (a wgmma chain
+    serialized, setmaxnreg ignored); and the bytes it spilled."""
     sig = {name: "constexpr" if p.is_constexpr else types.get(name, "i32") for name, p in zip(fn.arg_names, fn.params)}
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if name in aligned}
     report = io.StringIO()
     with contextlib.redirect_stdout(report):
         kernel = triton.compile(GluonASTSource(fn, sig, dict(constants, num_warps=num_warps), attrs), target=HOPPER,
                                 options=dict(num_warps=num_warps))
-    return kernel, [line for line in report.getvalue().splitlines() if "Potential Performance Loss" in line]
+    lines = report.getvalue().splitlines()
+    spilled = [int(m.group(1)) for m in map(re.compile(r"(\d+) bytes spill stores").search, lines) if m]
+    return kernel, [line for line in lines if "Potential Performance Loss" in line], max(spilled, default=0)
 
 
-def sparse_mla(fp8: bool, partial: bool) -> dict:
+def sparse_mla(fp8: bool, partial: bool, merge: int = 0) -> dict:
     types = dict(q_ptr="*bf16", kv_ptr="*fp8e4nv" if fp8 else "*bf16", kv_f32_ptr="*fp32" if fp8 else "*bf16",
                  kv_bf16_ptr="*bf16", idx_ptr="*i32", out_ptr="*fp32" if partial else "*bf16", lse_ptr="*fp32",
-                 scale_log2="fp32")
+                 scale_log2="fp32", count_ptr="*i32", merged_ptr="*bf16", merged_lse_ptr="*fp32")
     aligned = {"q_ptr", "stride_qn", "stride_qh", "kv_ptr", "kv_f32_ptr", "kv_bf16_ptr", "stride_kv", "idx_ptr",
-               "stride_idx", "out_ptr", "lse_ptr"}
-    k, warnings = build(sparse_mla_gluon._sparse_mla_kernel, types, dict(H=128, FP8=fp8, PARTIAL=partial),
-                        aligned, sparse_mla_gluon.NUM_WARPS)
+               "stride_idx", "out_ptr", "lse_ptr", "merged_ptr", "merged_lse_ptr"}
+    k, warnings, spilled = build(sparse_mla_gluon._sparse_mla_kernel, types,
+                        dict(H=128, FP8=fp8, PARTIAL=partial, MERGE=merge), aligned, sparse_mla_gluon.NUM_WARPS)
     ptx = k.asm["ptx"]
-    return dict(kernel="sparse_mla", fp8=fp8, partial=partial, shared=k.metadata.shared, cp_async="cp.async." in ptx,
-                setmaxnreg="setmaxnreg" in ptx, ptxas_warnings=warnings)
+    return dict(kernel="sparse_mla", fp8=fp8, partial=partial, merge=merge, shared=k.metadata.shared,
+                cp_async="cp.async." in ptx, setmaxnreg="setmaxnreg" in ptx, spilled=spilled,
+                meets="atom.global.gpu.acq_rel.add" in ptx and "ld.global.gpu.acquire" in ptx, ptxas_warnings=warnings)
 
 
 def paged_indexer(next_n: int, overlap: bool, unrolled: bool = False, tokens_a_program: int = 0) -> dict:
@@ -57,7 +61,7 @@ def paged_indexer(next_n: int, overlap: bool, unrolled: bool = False, tokens_a_p
     types = dict(q_ptr="*fp8e4nv", w_ptr="*fp32", keys=mangle_type(key_tiles), scales=mangle_type(scale_tiles),
                  bt_ptr="*i32", lens_ptr="*i32", out_ptr="*fp32")
     aligned = {"q_ptr", "w_ptr", "bt_ptr", "stride_bt", "lens_ptr", "out_ptr", "stride_out"}
-    k, warnings = build(indexer_gluon._paged_logits_kernel, types,
+    k, warnings, _ = build(indexer_gluon._paged_logits_kernel, types,
                         dict(H=64, PAGE=64, BLOCK=64, KEYS_PER_PROG=1024, STAGES=2 if unrolled else 4,
                              NEXT_N=tokens_a_program or next_n, TOKENS_PER_REQ=next_n, CLEAN=True, EVICT="evict_last",
                              OVERLAP=overlap, UNROLLED=unrolled), aligned, 4)
@@ -72,6 +76,8 @@ if __name__ == "__main__":
     for fp8 in (True, False):
         for partial in (False, True):
             print(json.dumps(sparse_mla(fp8, partial)), flush=True)
+    for fp8, merge in ((True, 2), (True, 4), (False, 2)):
+        print(json.dumps(sparse_mla(fp8, True, merge)), flush=True)
     for next_n in (1, 2, 4):
         print(json.dumps(paged_indexer(next_n, overlap=True)), flush=True)
     print(json.dumps(paged_indexer(2, overlap=False)), flush=True)

@@ -12,7 +12,7 @@ import torch
 import triton
 from triton.compiler.errors import CompilationError
 
-from dsa_kernels import batch_invariant, cache_store, dispatch, gluon_compat, reference, sparse_mla
+from dsa_kernels import batch_invariant, cache_store, dispatch, gluon_compat, grid_barrier, reference, sparse_mla
 
 
 SLOTS, HEADS, TOPK, SCALE = 90, 32, 40, 576**-0.5
@@ -131,7 +131,7 @@ def test_a_gluon_kernel_that_does_not_compile_leaves_the_triton_kernel_serving(m
     monkeypatch.setattr(gluon_compat, "_BROKEN", set())
     monkeypatch.setattr(sparse_mla.sparse_mla_gluon, "runs_on", lambda device: True)
 
-    def does_not_compile(*args):
+    def does_not_compile(*args, **kwargs):
         raise CompilationError(None, None, "AttributeError: a Gluon name this Triton renamed")
 
     monkeypatch.setattr(sparse_mla.sparse_mla_gluon, "launch", does_not_compile)
@@ -200,3 +200,112 @@ def test_batch_invariant_mode_gives_a_row_the_same_bits_in_any_batch(monkeypatch
         assert torch.equal(dispatch.sparse_mla_decode(q[:n], pool, idx[:n], SCALE)[0][:32], whole[:n])
     if not fp8:  # a decode token in a mixed batch takes the prefill entry (KernelDsaBackend.sparse_mla)
         assert torch.equal(dispatch.sparse_mla_prefill(q[:5], pool, idx[:5], SCALE)[0], whole[:5])
+
+
+def _decode_case(batch, heads, fp8, slots=1 << 14, topk=2048):
+    g = torch.Generator(device="cuda").manual_seed(batch * heads + fp8)
+    pool = torch.zeros(slots, 656 if fp8 else 576, dtype=torch.uint8 if fp8 else torch.bfloat16, device="cuda")
+    cache_store.store_mla(pool, torch.randn(slots, 512, device="cuda", generator=g),
+                          torch.randn(slots, 64, device="cuda", generator=g), torch.arange(slots, device="cuda"))
+    q = (torch.randn(batch, heads, 576, device="cuda", generator=g) * 0.5).to(torch.bfloat16)
+    idx = torch.randint(0, slots, (batch, topk), device="cuda", generator=g).int()
+    idx[0, 700:] = -1  # a short row: some splits see nothing
+    if batch > 1:
+        idx[1] = -1  # nothing at all: output 0, lse -inf
+    return q, pool, idx
+
+
+def _within_an_ulp(out, other):
+    torch.testing.assert_close(out.float(), other.float(), rtol=2**-7, atol=1e-6)
+
+
+class _Counted:
+    """A kernel whose launches are counted."""
+
+    def __init__(self, kernel):
+        self.kernel, self.grids = kernel, []
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+        return self.kernel[grid]
+
+
+def _no_merge_launch(*args, **kwargs):
+    raise AssertionError("the merge kernel ran where the splits should have merged in the Gluon kernel")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("heads,batch", [(128, 32), (128, 17), (128, 16), (64, 64), (64, 32)])
+@pytest.mark.parametrize("fp8", [True, False], ids=["fp8", "bf16"])
+def test_splits_that_meet_in_the_kernel_merge_as_the_merge_kernel_does(monkeypatch, fp8, heads, batch):
+    """Splits 2 and 4 (mla_config's at these batches), merged where they meet (a cooperative launch)
+    and by the merge kernel: equal to within an ulp of bf16 and of the lse, and the merge kernel
+    does not run for the first."""
+    q, pool, idx = _decode_case(batch, heads, fp8)
+    assert sparse_mla.mla_config(batch, heads, idx.shape[1])["SPLIT"] in sparse_mla.sparse_mla_gluon.MERGES
+    with monkeypatch.context() as m:
+        m.setattr(sparse_mla.sparse_mla_gluon, "MERGES", ())
+        apart, apart_lse = sparse_mla.sparse_mla(q, pool, idx, SCALE)
+    with monkeypatch.context() as m:
+        m.setattr(sparse_mla, "_merge_splits_kernel", _no_merge_launch)
+        met, met_lse = sparse_mla.sparse_mla(q, pool, idx, SCALE)
+    _within_an_ulp(met, apart)
+    assert torch.equal(torch.isinf(met_lse), torch.isinf(apart_lse))
+    torch.testing.assert_close(met_lse, apart_lse, rtol=1e-6, atol=1e-6)
+    assert met[1].abs().max() == 0 and torch.isinf(met_lse[1]).all()
+    want, _ = reference.sparse_mla_ref(q, pool, idx, SCALE)
+    assert relative_error(met.float(), want) < (1e-2 if fp8 else 5e-3)
+
+
+@pytest.mark.gpu
+@hopper
+def test_eight_splits_and_more_take_the_merge_kernel(monkeypatch):
+    merge_kernel = _Counted(sparse_mla._merge_splits_kernel)
+    monkeypatch.setattr(sparse_mla, "_merge_splits_kernel", merge_kernel)
+    for batch in (1, 4, 8):  # splits 32, 16, 8 at 128 heads
+        q, pool, idx = _decode_case(batch, 128, True)
+        out, _ = sparse_mla.sparse_mla(q, pool, idx, SCALE)
+        want, _ = reference.sparse_mla_ref(q, pool, idx, SCALE)
+        assert relative_error(out.float(), want) < 1e-2
+    assert len(merge_kernel.grids) == 3
+
+
+@pytest.mark.gpu
+@hopper
+def test_splits_meet_in_cuda_graph_replays_after_an_eager_call_and_not_before(monkeypatch, caplog):
+    """As the one-launch top-k's meetings: a capture on a stream without meeting counters takes the
+    merge kernel, with a warning; after an eager call there, captured graphs meet and replay in any
+    order, over fresh queries each time."""
+    q, pool, idx = _decode_case(32, 128, True)
+    stream = torch.cuda.Stream()
+    key = (q.device, stream.cuda_stream)
+    grid_barrier._counters.pop(key, None)  # the stream pool recycles handles: start this stream bare
+    grid_barrier._warn_capture_once.cache_clear()
+
+    def captured():
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            out = sparse_mla.sparse_mla(q, pool, idx, SCALE)[0]
+        return graph, out
+
+    with caplog.at_level("WARNING", logger=grid_barrier.__name__):
+        cold = captured()
+    assert key not in grid_barrier._counters and "merge kernel" in caplog.text
+    with torch.cuda.stream(stream):
+        sparse_mla.sparse_mla(q, pool, idx, SCALE)
+    stream.synchronize()
+    assert key in grid_barrier._counters
+    with monkeypatch.context() as m:
+        m.setattr(sparse_mla, "_merge_splits_kernel", _no_merge_launch)
+        first, second = captured(), captured()
+    g = torch.Generator(device="cuda").manual_seed(5)
+    for graph, out in (second, first, cold, first, second):
+        q.copy_((torch.randn(q.shape, device="cuda", generator=g) * 0.5).to(torch.bfloat16))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = sparse_mla.sparse_mla(q, pool, idx, SCALE)[0]  # met
+        if graph is cold:
+            _within_an_ulp(out, eager)
+        else:
+            assert torch.equal(out, eager)

@@ -6,7 +6,7 @@ tests split rows across many programs that meet at barriers."""
 import pytest
 import torch
 
-from dsa_kernels import reference, topk
+from dsa_kernels import grid_barrier, reference, topk
 from dsa_kernels import topk_cooperative as tc
 
 
@@ -183,10 +183,10 @@ def test_a_capture_never_makes_the_barrier_counters(monkeypatch, caplog):
     device = torch.device("cuda", 0)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": -12345})())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    tc._warn_capture_once.cache_clear()
-    with caplog.at_level("WARNING", logger=tc.__name__):
-        assert tc._barrier_counters(device, 4) is None
-    assert "three launches" in caplog.text and (device, -12345) not in tc._counters
+    grid_barrier._warn_capture_once.cache_clear()
+    with caplog.at_level("WARNING", logger=grid_barrier.__name__):
+        assert grid_barrier.counters(device, 4, "the top-k", "the three launches") is None
+    assert "three launches" in caplog.text and (device, -12345) not in grid_barrier._counters
 
 
 @pytest.mark.gpu
@@ -201,8 +201,8 @@ def test_graphs_take_the_single_launch_only_where_an_eager_call_made_the_counter
     lens = torch.full((rows,), width, device="cuda", dtype=torch.int32)
     stream = torch.cuda.Stream()
     key = (logits.device, stream.cuda_stream)
-    tc._counters.pop(key, None)  # the stream pool recycles handles: start this stream bare
-    tc._warn_capture_once.cache_clear()  # the warning comes once a process
+    grid_barrier._counters.pop(key, None)  # the stream pool recycles handles: start this stream bare
+    grid_barrier._warn_capture_once.cache_clear()  # the warning comes once a process
 
     def captured():
         graph = torch.cuda.CUDAGraph()
@@ -210,13 +210,13 @@ def test_graphs_take_the_single_launch_only_where_an_eager_call_made_the_counter
             out = topk.topk_transform(logits, lens, k)
         return graph, out
 
-    with caplog.at_level("WARNING", logger=tc.__name__):
+    with caplog.at_level("WARNING", logger=grid_barrier.__name__):
         cold = captured()
-    assert key not in tc._counters and "three launches" in caplog.text
+    assert key not in grid_barrier._counters and "three launches" in caplog.text
     with torch.cuda.stream(stream):
         topk.topk_transform(logits, lens, k)
     stream.synchronize()
-    assert key in tc._counters
+    assert key in grid_barrier._counters
     first, second = captured(), captured()
     for graph, out in (second, first, cold, first, second):
         logits.copy_(torch.randn(rows, width, device="cuda", generator=g))
