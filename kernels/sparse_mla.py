@@ -38,6 +38,7 @@ _GLUON = "the Gluon sparse MLA kernel"
 # "Sparse MLA under batch-invariant mode").
 INVARIANT_KEYS_PER_SPLIT = 512
 PARTIAL_BYTES = 256 << 20  # at most this much of fp32 partial results in flight (sparse_mla)
+_MEETING_SPLITS = (2, 4)  # kernels/sparse_mla_gluon.MERGES, which does not import without Gluon
 
 _LOG2E = 1.4426950408889634
 _LN2 = tl.constexpr(0.6931471805599453)  # lse leaves in natural log
@@ -163,22 +164,49 @@ def merge_config(split: int) -> dict:
     return dict(BLOCK_D=block_d, num_warps=2 if block_d > 128 else 4)
 
 
+# The split's cost model, fitted to the Gluon kernel over an FP8 pool on the H100 (split counts 1-8
+# at batch 16-128, docs/PERFORMANCE.md, "Split counts past one wave"): a wave of programs takes a
+# 64-key tile time per tile plus about one tile of its own (Q, the first gather, the partials), and
+# a split adds its partials' trip through L2, plus the merge launch where the splits do not meet
+# in the kernel (kernels/sparse_mla_gluon.MERGES, one wave).
+_TILE_US = 3.3
+_PROGRAM_TILES = 1.1
+_MERGE_LAUNCH_US = 3.0
+_PARTIAL_US = 0.06  # a (row, head block, split)'s 128 KB of float32 partials, written and read
+
+
+def _split_time(units: int, tiles: int, split: int, num_sms: int) -> float:
+    """Modelled microseconds of `units` (row, head block) programs of `tiles` tiles split `split` ways."""
+    waves = cdiv(units * split, num_sms)
+    merge = 0.0 if split == 1 else _PARTIAL_US * units * split
+    if split > 1 and not (split in _MEETING_SPLITS and waves == 1):
+        merge += _MERGE_LAUNCH_US
+    return waves * (cdiv(tiles, split) + _PROGRAM_TILES) * _TILE_US + merge
+
+
 def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     """Tile shape and top-k split count for N query rows of `heads` heads.
 
     From the H200 runs in docs/PERFORMANCE.md: 64-head, 64-key tiles on 8 warps, one pipeline stage
     (in CUDA graphs 2-10% faster than two or three for decode; two stages do not fit shared memory
-    for prefill). Grids that cannot fill the SMs split top-k into at most one wave of programs, down
-    to 64 keys per split (the merge is one small extra launch). Under batch-invariant mode the split
-    is set by top-k alone (INVARIANT_KEYS_PER_SPLIT), so that a row is merged the same way in any batch.
+    for prefill). The split, at least 64 keys each, is whichever _split_time models fastest among
+    the largest power of two that keeps one wave (32 at batch 1, 2 at batch 32 of 128 heads) and,
+    up to two waves of unsplit programs, 1 to 4 splits past one wave where a wave would leave SMs
+    idle (3 at batch 17-22 and 34-44 of 128 heads, 2-4 at 67-99: 1.02-1.21x faster than the
+    one-wave split on the H100). Under batch-invariant mode the split is set by top-k alone
+    (INVARIANT_KEYS_PER_SPLIT), so that a row is merged the same way in any batch.
     """
     block_h = 64 if heads % 64 == 0 else 16
     if batch_invariant.enabled():  # a row's merge must not follow the batch: a split set by top-k alone
         split = max(1, topk // INVARIANT_KEYS_PER_SPLIT)
     else:
-        programs, split = n * (heads // block_h), 1
-        while programs * split * 2 <= num_sms and topk // (split * 2) >= 64:
-            split *= 2
+        units, tiles = n * (heads // block_h), max(1, topk // 64)
+        one_wave = 1
+        while units * one_wave * 2 <= num_sms and one_wave * 2 <= tiles:
+            one_wave *= 2
+        # past two waves of unsplit programs a split measured slower (128 heads, batch 140: 0.965x)
+        splits = {one_wave, *range(1, min(4, tiles) + 1)} if units <= 2 * num_sms else {one_wave}
+        split = min(sorted(splits), key=lambda s: _split_time(units, tiles, s, num_sms))
     return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, num_warps=8, num_stages=1)
 
 

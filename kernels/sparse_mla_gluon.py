@@ -24,8 +24,8 @@ warpgroups -> gatherer), `p_ready` / `p_free` for P, and `done` for the scorer's
 partition passes its own barrier before one of its threads arrives. A bf16 output leaves through
 the key buffer no product reads any more, in 16-byte row stores (_store_columns).
 
-A split top-k range leaves float32 partials. At two or four splits (MERGES; batch 9-33 at 128
-heads, 17-66 at 64), where the launch is cooperative (all of a grid's programs resident at once),
+A split top-k range leaves float32 partials. At two or four splits in one wave (MERGES;
+sparse_mla.mla_config's at batch 9-16 and 23-33 of 128 heads), where the launch is cooperative (all of a grid's programs resident at once),
 the splits of a (row, head block) meet at a counter in global memory (kernels/grid_barrier.py) and
 each merges a 1 / MERGE share of the value columns (_merge_share): its own part of that share
 stays in shared memory, over the key buffers (_keep_share), and only the others' parts go through

@@ -81,6 +81,19 @@ def test_small_decode_batches_split_topk_into_at_most_one_wave_of_64_key_splits(
         assert 2048 // split >= 64 == cfg["BLOCK_N"]
 
 
+def test_grids_a_wave_would_leave_half_idle_split_past_one_wave():
+    # 128 heads on 132 SMs: 34 rows are 68 programs of 32 tiles (one wave, half the SMs idle), in 3
+    # splits two waves of 11 tiles; 80 rows (160 programs, two waves) in 2 splits three waves of 16;
+    # past two waves (140 rows) none
+    for batch, split in ((17, 3), (34, 3), (44, 3), (48, 1), (67, 4), (80, 2), (128, 1), (140, 1)):
+        assert sparse_mla.mla_config(batch, 128, 2048, num_sms=132)["SPLIT"] == split, batch
+    assert sparse_mla.mla_config(40, 64, 2048, num_sms=132)["SPLIT"] == 3
+
+
+def test_the_split_model_knows_which_splits_meet_in_the_gluon_kernel():
+    assert sparse_mla._MEETING_SPLITS == sparse_mla.sparse_mla_gluon.MERGES
+
+
 def test_grids_that_cover_the_sms_are_not_split():
     for batch, heads in ((128, 128), (4096, 128), (4096, 64)):
         cfg = sparse_mla.mla_config(batch, heads, 2048, num_sms=132)
@@ -236,7 +249,7 @@ def _no_merge_launch(*args, **kwargs):
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("heads,batch", [(128, 32), (128, 17), (128, 16), (64, 64), (64, 32)])
+@pytest.mark.parametrize("heads,batch", [(128, 32), (128, 25), (128, 16), (64, 64), (64, 32)])
 @pytest.mark.parametrize("fp8", [True, False], ids=["fp8", "bf16"])
 def test_splits_that_meet_in_the_kernel_merge_as_the_merge_kernel_does(monkeypatch, fp8, heads, batch):
     """Splits 2 and 4 (mla_config's at these batches), merged where they meet (a cooperative launch)
