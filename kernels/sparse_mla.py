@@ -16,6 +16,8 @@ Gluon kernel meet and merge in the kernel instead (kernels/sparse_mla_gluon.py).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -200,14 +202,18 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     if batch_invariant.enabled():  # a row's merge must not follow the batch: a split set by top-k alone
         split = max(1, topk // INVARIANT_KEYS_PER_SPLIT)
     else:
-        units, tiles = n * (heads // block_h), max(1, topk // 64)
-        one_wave = 1
-        while units * one_wave * 2 <= num_sms and one_wave * 2 <= tiles:
-            one_wave *= 2
-        # past two waves of unsplit programs a split measured slower (128 heads, batch 140: 0.965x)
-        splits = {one_wave, *range(1, min(4, tiles) + 1)} if units <= 2 * num_sms else {one_wave}
-        split = min(sorted(splits), key=lambda s: _split_time(units, tiles, s, num_sms))
+        split = _fastest_split(n * (heads // block_h), max(1, topk // 64), num_sms)
     return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, num_warps=8, num_stages=1)
+
+
+@functools.cache  # an eager engine asks every layer: 3 us of host time a call uncached
+def _fastest_split(units: int, tiles: int, num_sms: int) -> int:
+    one_wave = 1
+    while units * one_wave * 2 <= num_sms and one_wave * 2 <= tiles:
+        one_wave *= 2
+    # past two waves of unsplit programs a split measured slower (128 heads, batch 140: 0.965x)
+    splits = {one_wave, *range(1, min(4, tiles) + 1)} if units <= 2 * num_sms else {one_wave}
+    return min(sorted(splits), key=lambda s: _split_time(units, tiles, s, num_sms))
 
 
 def gluon_runs(q: torch.Tensor, kv_pool: torch.Tensor) -> bool:
