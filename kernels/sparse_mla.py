@@ -167,7 +167,7 @@ def merge_config(split: int) -> dict:
 
 
 # The split's cost model, fitted to the Gluon kernel over an FP8 pool on the H100 (split counts 1-8
-# at batch 16-128, docs/PERFORMANCE.md, "Split counts past one wave"): a wave of programs takes a
+# at batch 20-128, docs/PERFORMANCE.md, "Split counts past one wave"): a wave of programs takes a
 # 64-key tile time per tile plus about one tile of its own (Q, the first gather, the partials), and
 # a split adds its partials' trip through L2, plus the merge launch where the splits do not meet
 # in the kernel (kernels/sparse_mla_gluon.MERGES, one wave).
