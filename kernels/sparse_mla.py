@@ -40,7 +40,6 @@ _GLUON = "the Gluon sparse MLA kernel"
 # "Sparse MLA under batch-invariant mode").
 INVARIANT_KEYS_PER_SPLIT = 512
 PARTIAL_BYTES = 256 << 20  # at most this much of fp32 partial results in flight (sparse_mla)
-_MEETING_SPLITS = (2, 4)  # kernels/sparse_mla_gluon.MERGES, which does not import without Gluon
 
 _LOG2E = 1.4426950408889634
 _LN2 = tl.constexpr(0.6931471805599453)  # lse leaves in natural log
@@ -181,7 +180,8 @@ def _split_time(units: int, tiles: int, split: int, num_sms: int) -> float:
     """Modelled microseconds of `units` (row, head block) programs of `tiles` tiles split `split` ways."""
     waves = cdiv(units * split, num_sms)
     merge = 0.0 if split == 1 else _PARTIAL_US * units * split
-    if split > 1 and not (split in _MEETING_SPLITS and waves == 1):
+    meets = sparse_mla_gluon is not None and split in sparse_mla_gluon.MERGES and waves == 1
+    if split > 1 and not meets:
         merge += _MERGE_LAUNCH_US
     return waves * (cdiv(tiles, split) + _PROGRAM_TILES) * _TILE_US + merge
 

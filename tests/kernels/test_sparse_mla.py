@@ -90,10 +90,6 @@ def test_grids_a_wave_would_leave_half_idle_split_past_one_wave():
     assert sparse_mla.mla_config(40, 64, 2048, num_sms=132)["SPLIT"] == 3
 
 
-def test_the_split_model_knows_which_splits_meet_in_the_gluon_kernel():
-    assert sparse_mla._MEETING_SPLITS == sparse_mla.sparse_mla_gluon.MERGES
-
-
 def test_grids_that_cover_the_sms_are_not_split():
     for batch, heads in ((128, 128), (4096, 128), (4096, 64)):
         cfg = sparse_mla.mla_config(batch, heads, 2048, num_sms=132)
