@@ -2,9 +2,11 @@
 kernels otherwise on a GPU, the PyTorch references on the CPU.
 
 `backend` picks one explicitly ("reference", "triton", "deepgemm", "flashmla"); "auto" (the
-default) follows the order above, except that under batch-invariant mode (kernels/batch_invariant.py)
-sparse MLA keeps to our kernel; "ours" is "auto" without the libraries (for call shapes that ours
-serves faster than they do). A library that is absent, fails to load, or refuses a shape is
+default) follows the order above, with two exceptions: at the call shapes where our Gluon kernels
+measured faster than the library on the H100 and the H200 (the paged indexer but for next_n 2 on
+large grids, sparse MLA decode on small grids: _ours_instead_of_deepgemm, _ours_instead_of_flashmla),
+and under batch-invariant mode (kernels/batch_invariant.py), where both keep to ours. "ours" is "auto" without
+the libraries. A library that is absent, fails to load, or refuses a shape is
 never an error under "auto": the call falls through to ours, "triton" (Gluon on Hopper; logged once per
 reason). Our kernels over e4m3 data need compute capability 8.9 (Triton compiles e4m3 from Ada
 on): on an older GPU (A100, A10) "auto" and "ours" run those calls on the references, on the GPU,
@@ -19,7 +21,7 @@ import logging
 import torch
 
 from . import reference as ref
-from .device import capability
+from .device import capability, num_sms
 
 log = logging.getLogger(__name__)
 TOPK_METHODS = ("paged", "ragged")
@@ -38,10 +40,12 @@ def _library(name: str):
 
 
 def _unless_batch_invariant(choice: str, backend: str) -> str:
-    """Sparse MLA's choice, kept to our kernel under batch-invariant mode when "auto" picked FlashMLA:
-    its decode schedule follows the batch, and a decode token in a mixed (extend) batch takes the
-    prefill entry where alone it takes the decode one, so both entries must run one kernel."""
-    if choice != "flashmla" or backend != "auto":
+    """A call's choice, kept to our kernels under batch-invariant mode when "auto" picked a library:
+    FlashMLA's decode schedule follows the batch, "auto" picks our paged indexer or DeepGEMM's by
+    the call's shape, and a decode token in a mixed (extend) batch takes the prefill entries
+    (ragged logits, sparse MLA prefill) where alone it takes the decode ones, so every entry must
+    round alike in any batch."""
+    if choice not in MODULES or backend != "auto":
         return choice
     from .batch_invariant import enabled  # imports Triton: only asked on CUDA
 
@@ -117,6 +121,39 @@ def _try_library(backend: str, key: tuple, fn):
         return None
 
 
+# ---------------------------------------------------------------- where ours beats the library
+# Measured against the libraries in the same calls, CUDA graphs (docs/PERFORMANCE.md, "Ours where
+# it is faster than the library"). Each rule reads only the call's shape.
+
+# next_n 2 over at least 128 rows of 32K keys: DeepGEMM is ahead on the H200 (and level on the
+# H100). Everywhere else ours is as fast or faster (1.3-2.7x at batch 1), and DeepGEMM refuses
+# next_n 4 on SM90.
+DEEPGEMM_NEXT_N_2_KEYS = 128 * 32768
+
+
+def _ours_instead_of_deepgemm(q_fp8, max_context_len: int, next_n: int, page_size: int) -> bool:
+    """Whether "auto" takes our paged indexer (the Gluon kernel) over DeepGEMM's for this call."""
+    if not q_fp8.is_cuda:
+        return False
+    from .indexer_logits import gluon_paged_runs  # imports Triton: only asked on CUDA
+
+    deepgemm_ahead = next_n == 2 and q_fp8.shape[0] // 2 * max_context_len >= DEEPGEMM_NEXT_N_2_KEYS
+    return not deepgemm_ahead and gluon_paged_runs(q_fp8.device, page_size)
+
+
+def _ours_instead_of_flashmla(q, kv_pool) -> bool:
+    """Whether "auto" takes our sparse MLA decode (the Gluon kernel) over FlashMLA's: grids of at
+    most a quarter of the SMs' worth of (row, 64-head block) programs, which ours splits over the
+    SMs (1.02-1.35x FlashMLA at batch 1-16 of 128 heads and 1-33 of 64). On larger grids FlashMLA's
+    schedule, balanced over the SMs, and its dequantization shared by two CTAs put it ahead at most
+    batches (ours 0.56-1.27x)."""
+    if not q.is_cuda:
+        return False
+    from .sparse_mla import gluon_runs  # imports Triton: only asked on CUDA
+
+    return gluon_runs(q, kv_pool) and q.shape[0] * (q.shape[1] // 64) <= num_sms(q.device) // 4
+
+
 # ---------------------------------------------------------------- cache stores
 
 
@@ -152,7 +189,8 @@ def paged_indexer_logits(
     """
     if context_lens is None or block_table is None:
         raise RuntimeError("paged indexer logits need block_table and per-token context_lens; got None")
-    choice = _choose(q_fp8, backend, "deepgemm", fp8=True)
+    library = None if _ours_instead_of_deepgemm(q_fp8, max_context_len, next_n, page_size) else "deepgemm"
+    choice = _unless_batch_invariant(_choose(q_fp8, backend, library, fp8=True), backend)
     if choice == "reference":
         return ref.paged_indexer_logits_ref(
             q_fp8, weights, index_pool, block_table, context_lens, page_size, max_context_len, next_n)
@@ -191,7 +229,7 @@ def ragged_indexer_logits(
     """Prefill logits [Nq, Nk] fp32; query i sees keys [k_start[i], k_end[i]) of k_fp8 [Nk, 128]."""
     if k_start is None or k_end is None:
         raise RuntimeError("ragged indexer logits need per-token key offsets k_start/k_end; got None")
-    choice = _choose(q_fp8, backend, "deepgemm", fp8=True)
+    choice = _unless_batch_invariant(_choose(q_fp8, backend, "deepgemm", fp8=True), backend)
     if choice == "reference":
         return ref.ragged_indexer_logits_ref(q_fp8, weights, k_fp8, k_scale, k_start, k_end)
     if choice == "deepgemm":
@@ -262,7 +300,8 @@ def sparse_mla_decode(q, kv_pool, indices, sm_scale: float, *, backend: str = "a
     FlashMLA's sparse decode reads only the FP8 layout; a bf16 pool goes to Triton.
     """
     fp8 = kv_pool.dtype == torch.uint8
-    choice = _unless_batch_invariant(_choose(q, backend, "flashmla" if fp8 else None, fp8=fp8), backend)
+    library = "flashmla" if fp8 and not _ours_instead_of_flashmla(q, kv_pool) else None
+    choice = _unless_batch_invariant(_choose(q, backend, library, fp8=fp8), backend)
     if choice == "reference":
         out, lse = ref.sparse_mla_ref(q, kv_pool, indices, sm_scale)
         return out.to(torch.bfloat16), lse

@@ -152,24 +152,69 @@ def test_flashmla_decode_enters_a_graph_only_after_an_eager_call_of_its_shape(ca
         assert torch.equal(out, want)
 
 
-def test_batch_invariant_mode_keeps_flashmla_out_of_auto(monkeypatch):
-    """FlashMLA's decode schedule follows the batch, and a decode token in a mixed batch takes the
-    prefill entry: under the mode both entries run our kernel (as here on a Hopper with FlashMLA)."""
-    from dsa_kernels import batch_invariant, sparse_mla
+def test_batch_invariant_mode_keeps_the_libraries_out_of_auto(monkeypatch):
+    """FlashMLA's decode schedule follows the batch, auto picks the paged indexer by the call's
+    shape, and a decode token in a mixed batch takes the prefill entries: under the mode every
+    entry runs our kernel (as here on a Hopper with both libraries)."""
+    from dsa_kernels import batch_invariant, indexer_logits, sparse_mla
 
     monkeypatch.setattr(dispatch, "_choose", lambda t, backend, library, fp8=False: library or "triton")
     monkeypatch.setattr(dispatch, "_flashmla_schedule_ready", lambda *args: True)
     monkeypatch.setattr(dispatch, "_flashmla_decode", lambda *args: ("flashmla", None))
-    monkeypatch.setattr(dispatch, "_library", lambda name: SimpleNamespace(flash_mla_sparse_fwd=lambda *a, **k: (
-        "flashmla", None, None)))
+    monkeypatch.setattr(dispatch, "_deepgemm_paged", lambda *args: "deepgemm")
+    monkeypatch.setattr(dispatch, "_library", lambda name: SimpleNamespace(
+        flash_mla_sparse_fwd=lambda *a, **k: ("flashmla", None, None), fp8_mqa_logits=lambda *a, **k: "deepgemm"))
     monkeypatch.setattr(sparse_mla, "sparse_mla", lambda *args, **kwargs: ("ours", None))
+    monkeypatch.setattr(indexer_logits, "paged_indexer_logits", lambda *args, **kwargs: "ours")
+    monkeypatch.setattr(indexer_logits, "ragged_indexer_logits", lambda *args, **kwargs: "ours")
     q, pool, idx = torch.zeros(2, 64, 576), torch.zeros(128, 656, dtype=torch.uint8), torch.zeros(2, 2048)
-    assert dispatch.sparse_mla_decode(q, pool, idx, 0.1)[0] == "flashmla"
-    assert dispatch.sparse_mla_prefill(q, torch.zeros(128, 576), idx, 0.1)[0] == "flashmla"
+    q8, w, lens = torch.zeros(2, 64, 128), torch.zeros(2, 64), torch.ones(2, dtype=torch.int32)
+
+    def entries(backend="auto"):
+        return (dispatch.sparse_mla_decode(q, pool, idx, 0.1, backend=backend)[0],
+                dispatch.sparse_mla_prefill(q, torch.zeros(128, 576), idx, 0.1, backend=backend)[0],
+                dispatch.paged_indexer_logits(q8, w, pool, lens.view(2, 1), lens, page_size=64, max_context_len=1,
+                                              backend=backend),
+                dispatch.ragged_indexer_logits(q8, w, q8[:, 0], w[:, 0], lens - 1, lens, backend=backend))
+
+    assert entries() == ("flashmla", "flashmla", "deepgemm", "deepgemm")
     monkeypatch.setattr(batch_invariant, "_ENABLED", True)
-    assert dispatch.sparse_mla_decode(q, pool, idx, 0.1)[0] == "ours"
-    assert dispatch.sparse_mla_prefill(q, torch.zeros(128, 576), idx, 0.1)[0] == "ours"
-    assert dispatch.sparse_mla_decode(q, pool, idx, 0.1, backend="flashmla")[0] == "flashmla"  # named: as asked
+    assert entries() == ("ours",) * 4
+    assert entries("flashmla")[:2] == ("flashmla",) * 2  # named: as asked
+    assert entries("deepgemm")[2:] == ("deepgemm",) * 2
+
+
+def _on_cuda(*shape):
+    return SimpleNamespace(is_cuda=True, shape=shape, device=torch.device("cuda", 0))
+
+
+def test_auto_takes_our_paged_indexer_but_for_next_n_2_over_large_grids(monkeypatch):
+    from dsa_kernels import indexer_logits
+
+    monkeypatch.setattr(indexer_logits, "gluon_paged_runs", lambda device, page_size: True)
+    ours = dispatch._ours_instead_of_deepgemm
+    assert ours(_on_cuda(128, 64, 128), 131072, 1, 64)  # next_n 1: ours at every grid
+    assert ours(_on_cuda(512, 64, 128), 131072, 4, 64)  # next_n 4: DeepGEMM refuses it on SM90
+    assert ours(_on_cuda(2 * 127, 64, 128), 32768, 2, 64)
+    assert not ours(_on_cuda(2 * 128, 64, 128), 32768, 2, 64)  # DeepGEMM's from 128 rows of 32K keys
+    assert not ours(_on_cuda(2 * 32, 64, 128), 131072, 2, 64)
+    assert not ours(torch.zeros(1, 64, 128), 4096, 1, 64)  # the CPU: the reference, not ours
+    monkeypatch.setattr(indexer_logits, "gluon_paged_runs", lambda device, page_size: False)
+    assert not ours(_on_cuda(128, 64, 128), 4096, 1, 64)  # not a Hopper (or no Gluon): the library first
+
+
+def test_auto_takes_our_sparse_mla_decode_on_grids_of_a_quarter_of_the_sms(monkeypatch):
+    from dsa_kernels import sparse_mla
+
+    monkeypatch.setattr(dispatch, "num_sms", lambda device: 132)
+    monkeypatch.setattr(sparse_mla, "gluon_runs", lambda q, kv_pool: True)
+    ours = dispatch._ours_instead_of_flashmla
+    pool = torch.zeros(1, 656, dtype=torch.uint8)
+    assert ours(_on_cuda(16, 128, 576), pool) and not ours(_on_cuda(17, 128, 576), pool)
+    assert ours(_on_cuda(33, 64, 576), pool) and not ours(_on_cuda(34, 64, 576), pool)
+    assert not ours(torch.zeros(1, 64, 576), pool)
+    monkeypatch.setattr(sparse_mla, "gluon_runs", lambda q, kv_pool: False)
+    assert not ours(_on_cuda(1, 128, 576), pool)
 
 
 @pytest.mark.gpu
