@@ -126,6 +126,7 @@ def test_flashmla_decode_enters_a_graph_only_after_an_eager_call_of_its_shape(ca
     q = torch.randn(n, heads, 576, device="cuda", generator=g).bfloat16()
     idx = torch.randint(0, slots, (n, topk), device="cuda", generator=g, dtype=torch.int32)
     scale = 576**-0.5
+    assert not dispatch._ours_instead_of_flashmla(q, pool)  # auto's choice at this shape is FlashMLA
     dispatch._FLASH_MLA_META.pop(dispatch._flashmla_key(q, pool, idx), None)
     dispatch._warn_once.cache_clear()  # the warning comes once a process
 
@@ -203,18 +204,22 @@ def test_auto_takes_our_paged_indexer_but_for_next_n_2_over_large_grids(monkeypa
     assert not ours(_on_cuda(128, 64, 128), 4096, 1, 64)  # not a Hopper (or no Gluon): the library first
 
 
-def test_auto_takes_our_sparse_mla_decode_on_grids_of_a_quarter_of_the_sms(monkeypatch):
+def test_auto_takes_our_sparse_mla_decode_for_one_row_and_for_16_to_66_rows_of_64_heads(monkeypatch):
     from dsa_kernels import sparse_mla
 
     monkeypatch.setattr(dispatch, "num_sms", lambda device: 132)
     monkeypatch.setattr(sparse_mla, "gluon_runs", lambda q, kv_pool: True)
-    ours = dispatch._ours_instead_of_flashmla
     pool = torch.zeros(1, 656, dtype=torch.uint8)
-    assert ours(_on_cuda(16, 128, 576), pool) and not ours(_on_cuda(17, 128, 576), pool)
-    assert ours(_on_cuda(33, 64, 576), pool) and not ours(_on_cuda(34, 64, 576), pool)
-    assert not ours(torch.zeros(1, 64, 576), pool)
+
+    def ours(rows, heads):
+        return dispatch._ours_instead_of_flashmla(_on_cuda(rows, heads, 576), pool)
+
+    assert ours(1, 128) and ours(1, 64) and not ours(2, 64) and not ours(2, 128)
+    assert [rows for rows in range(1, 140) if ours(rows, 64)] == [1, *range(16, 67)]
+    assert not any(ours(rows, 128) for rows in range(2, 140))
+    assert not dispatch._ours_instead_of_flashmla(torch.zeros(1, 64, 576), pool)  # the CPU: the reference
     monkeypatch.setattr(sparse_mla, "gluon_runs", lambda q, kv_pool: False)
-    assert not ours(_on_cuda(1, 128, 576), pool)
+    assert not ours(1, 128)
 
 
 @pytest.mark.gpu
