@@ -192,7 +192,8 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     From the H200 runs in docs/PERFORMANCE.md: 64-head, 64-key tiles on 8 warps, one pipeline stage
     (in CUDA graphs 2-10% faster than two or three for decode; two stages do not fit shared memory
     for prefill). The split, at least 64 keys each, is whichever _split_time models fastest among
-    the largest power of two that keeps one wave (32 at batch 1, 2 at batch 32 of 128 heads) and,
+    the largest power of two that keeps one wave (32 at batch 1, 2 at batch 32 of 128 heads; half a
+    wave where programs would be shorter than SHORT_PROGRAM_TILES: 16 at batch 2, 8 at 3-8) and,
     up to two waves of unsplit programs, 1 to 4 splits past one wave where a wave would leave SMs
     idle (3 at batch 17-22 and 34-44 of 128 heads, 2-4 at 67-99: 1.02-1.21x faster than the
     one-wave split on the H100). Under batch-invariant mode the split is set by top-k alone
@@ -206,14 +207,28 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, num_warps=8, num_stages=1)
 
 
+# Programs shorter than this many tiles fill at most half the SMs: a whole wave of them measured
+# 1.09-1.22x slower than half as many splits (H100, batch 2-8, docs/PERFORMANCE.md, "Ours where it
+# is faster than the library"), since the partials, not the tiles, are then what the op moves.
+SHORT_PROGRAM_TILES = 4
+
+
 @functools.cache  # an eager engine asks every layer: 3 us of host time a call uncached
 def _fastest_split(units: int, tiles: int, num_sms: int) -> int:
-    one_wave = 1
-    while units * one_wave * 2 <= num_sms and one_wave * 2 <= tiles:
-        one_wave *= 2
+    one_wave = _largest_split(units, tiles, num_sms)
+    if tiles < SHORT_PROGRAM_TILES * one_wave:
+        one_wave = _largest_split(units, tiles, num_sms // 2)
     # past two waves of unsplit programs a split measured slower (128 heads, batch 140: 0.965x)
     splits = {one_wave, *range(1, min(4, tiles) + 1)} if units <= 2 * num_sms else {one_wave}
     return min(sorted(splits), key=lambda s: _split_time(units, tiles, s, num_sms))
+
+
+def _largest_split(units: int, tiles: int, programs: int) -> int:
+    """The largest power of two that splits `units` into at most `programs` programs of a tile or more."""
+    split = 1
+    while units * split * 2 <= programs and split * 2 <= tiles:
+        split *= 2
+    return split
 
 
 def gluon_runs(q: torch.Tensor, kv_pool: torch.Tensor) -> bool:

@@ -74,8 +74,9 @@ def test_prefill_is_the_same_kernel_over_a_ragged_bf16_buffer():
 
 
 def test_small_decode_batches_split_topk_into_at_most_one_wave_of_64_key_splits():
-    # the H200 sweep's best: split 32 at batch 1, 2 at batch 32 (128 heads, 132 SMs)
-    for batch, split in ((1, 32), (4, 16), (32, 2)):
+    # the sweeps' best (128 heads, 132 SMs): split 32 at batch 1, 2 at batch 32; programs shorter
+    # than four tiles on at most half the SMs: 16 at batch 2, 8 at batch 3-8 (64 or 96 programs)
+    for batch, split in ((1, 32), (2, 16), (3, 8), (4, 8), (8, 8), (12, 4), (32, 2)):
         cfg = sparse_mla.mla_config(batch, 128, 2048, num_sms=132)
         assert cfg["SPLIT"] == split and batch * 128 // cfg["BLOCK_H"] * split <= 132
         assert 2048 // split >= 64 == cfg["BLOCK_N"]
@@ -88,6 +89,13 @@ def test_grids_a_wave_would_leave_half_idle_split_past_one_wave():
     for batch, split in ((17, 3), (34, 3), (44, 3), (48, 1), (67, 4), (80, 2), (128, 1), (140, 1)):
         assert sparse_mla.mla_config(batch, 128, 2048, num_sms=132)["SPLIT"] == split, batch
     assert sparse_mla.mla_config(40, 64, 2048, num_sms=132)["SPLIT"] == 3
+
+
+def test_short_programs_fill_half_the_sms_at_most():
+    # 64 heads: 32 programs of one tile at batch 1 and 64 at batch 2; from batch 3 a whole wave of
+    # one- or two-tile programs would cost more in partials than the tiles it shortens
+    splits = [sparse_mla.mla_config(batch, 64, 2048, num_sms=132)["SPLIT"] for batch in range(1, 17)]
+    assert splits == [32, 32, 16, 16, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8]
 
 
 def test_grids_that_cover_the_sms_are_not_split():
@@ -272,7 +280,7 @@ def test_splits_that_meet_in_the_kernel_merge_as_the_merge_kernel_does(monkeypat
 def test_eight_splits_and_more_take_the_merge_kernel(monkeypatch):
     merge_kernel = _Counted(sparse_mla._merge_splits_kernel)
     monkeypatch.setattr(sparse_mla, "_merge_splits_kernel", merge_kernel)
-    for batch in (1, 4, 8):  # splits 32, 16, 8 at 128 heads
+    for batch in (1, 2, 8):  # splits 32, 16, 8 at 128 heads
         q, pool, idx = _decode_case(batch, 128, True)
         out, _ = sparse_mla.sparse_mla(q, pool, idx, SCALE)
         want, _ = reference.sparse_mla_ref(q, pool, idx, SCALE)
