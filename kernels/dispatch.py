@@ -148,7 +148,7 @@ def _ours_instead_of_flashmla(q, kv_pool) -> bool:
     FlashMLA (H100, FP8 pool, top-k 2048). Elsewhere FlashMLA is ahead: at 2-12 rows of 128 heads
     and 4-12 of 64, where its split partials cost less than ours (ours 0.88-0.96x), and from 17
     rows of 128 heads, by its schedule balanced over the SMs and its dequantization shared by two
-    CTAs (ours 0.56-0.98x)."""
+    CTAs (ours 0.60-0.98x)."""
     if not q.is_cuda:
         return False
     from .sparse_mla import gluon_runs  # imports Triton: only asked on CUDA

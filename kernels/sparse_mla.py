@@ -208,7 +208,7 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
 
 
 # Programs shorter than this many tiles fill at most half the SMs: a whole wave of them measured
-# 1.09-1.22x slower than half as many splits (H100, batch 2-8, docs/PERFORMANCE.md, "Ours where it
+# 1.08-1.20x slower than half as many splits (H100, batch 2-8, docs/PERFORMANCE.md, "Ours where it
 # is faster than the library"), since the partials, not the tiles, are then what the op moves.
 SHORT_PROGRAM_TILES = 4
 

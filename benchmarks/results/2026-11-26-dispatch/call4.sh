@@ -1,4 +1,4 @@
-# Device call 4 (2026-11-27): the GPU tests call 3's 330 s cut short (it ran 181, all passing, in
+# Device call 4 (2026-11-26): the GPU tests call 3's 330 s cut short (it ran 181, all passing, in
 # tests/test_attention.py and tests/kernels up to the sparse MLA module), on the final rules.
 source .device/setup.sh
 timeout 500 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_dispatch.py tests/kernels/test_grid_barrier.py \
