@@ -134,8 +134,7 @@ def _merge_splits_kernel(
 ):
     """Combine the splits of one (row, head) by their log-sum-exp, BLOCK_D value columns per program.
 
-    All splits come in one [SPLITS, BLOCK_D] load (merge_config sizes it), so even batch 1 runs short
-    programs instead of a few that loop over the splits.
+    All splits come in one [SPLITS, BLOCK_D] load (merge_config sizes it): one trip to L2 a program.
     """
     pid = tl.program_id(0)
     cols = (pid % (512 // BLOCK_D)) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -157,12 +156,13 @@ def _merge_splits_kernel(
 
 
 def merge_config(split: int) -> dict:
-    """Columns and warps of a merge program: a [splits, columns] load of 2048 values, 512 to 128
-    columns. From the H100 A/B in docs/PERFORMANCE.md (batch 32 / 64, splits 2 and 4): whole rows
-    on two warps merge in 4 us where 128-column programs on four warps took 12-24 us, up to a third
-    of the split op's time."""
-    block_d = max(128, min(KV_LORA_RANK, 2048 // next_power_of_2(split)))
-    return dict(BLOCK_D=block_d, num_warps=2 if block_d > 128 else 4)
+    """Columns and warps of a merge program: whole rows of 512 columns, with a warp per 8 splits
+    (at least two, at most eight), so a thread holds at most 128 values up to 64 splits. From the
+    H100 A/Bs in docs/PERFORMANCE.md: at batch 32 / 64 (splits 2 and 4) whole rows on two warps
+    merged in 4 us where 128-column programs on four warps took 12-24 us; at 8-32 splits (1-8
+    rows) whole rows merged 1.4-2.2x faster than 128-column programs, and no shape tried was
+    faster by more than 0.2 us."""
+    return dict(BLOCK_D=KV_LORA_RANK, num_warps=min(8, max(2, next_power_of_2(split) // 8)))
 
 
 # The split's cost model, fitted to the Gluon kernel over an FP8 pool on the H100 (split counts 1-8
@@ -193,7 +193,7 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     (in CUDA graphs 2-10% faster than two or three for decode; two stages do not fit shared memory
     for prefill). The split, at least 64 keys each, is whichever _split_time models fastest among
     the largest power of two that keeps one wave (32 at batch 1, 2 at batch 32 of 128 heads; half a
-    wave where programs would be shorter than SHORT_PROGRAM_TILES: 16 at batch 2, 8 at 3-8) and,
+    wave where programs would be shorter than SHORT_PROGRAM_TILES: 16 at batch 2) and,
     up to two waves of unsplit programs, 1 to 4 splits past one wave where a wave would leave SMs
     idle (3 at batch 17-22 and 34-44 of 128 heads, 2-4 at 67-99: 1.02-1.21x faster than the
     one-wave split on the H100). Under batch-invariant mode the split is set by top-k alone
@@ -207,10 +207,11 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, num_warps=8, num_stages=1)
 
 
-# Programs shorter than this many tiles fill at most half the SMs: a whole wave of them measured
-# 1.08-1.20x slower than half as many splits (H100, batch 2-8, docs/PERFORMANCE.md, "Ours where it
-# is faster than the library"), since the partials, not the tiles, are then what the op moves.
-SHORT_PROGRAM_TILES = 4
+# Programs shorter than this many tiles fill at most half the SMs: a whole wave of one-tile
+# programs measured 1.09x slower than half as many of two tiles (H100, batch 2 of 128 heads,
+# docs/PERFORMANCE.md, "Ours where it is faster than the library"), since the partials, not the
+# tiles, are then what the op moves.
+SHORT_PROGRAM_TILES = 2
 
 
 @functools.cache  # an eager engine asks every layer: 3 us of host time a call uncached

@@ -52,7 +52,7 @@ def _check(fp8, config):
 
 
 # split 3 does not divide the 3 tiles of 16 keys evenly; split 8 leaves five splits with no keys;
-# the merge takes whole rows at splits 2-4, 256 columns at 8 and 128 at 32 (merge_config)
+# the merge takes whole rows, on two warps up to 16 splits and four at 32 (merge_config)
 @pytest.mark.parametrize("block_h,split", [(16, 1), (32, 1), (16, 2), (16, 3), (16, 8), (32, 8), (16, 32)])
 @pytest.mark.parametrize("fp8", [False, True])
 def test_sparse_mla_matches_reference(fp8, block_h, split):
@@ -74,9 +74,9 @@ def test_prefill_is_the_same_kernel_over_a_ragged_bf16_buffer():
 
 
 def test_small_decode_batches_split_topk_into_at_most_one_wave_of_64_key_splits():
-    # the sweeps' best (128 heads, 132 SMs): split 32 at batch 1, 2 at batch 32; programs shorter
-    # than four tiles on at most half the SMs: 16 at batch 2, 8 at batch 3-8 (64 or 96 programs)
-    for batch, split in ((1, 32), (2, 16), (3, 8), (4, 8), (8, 8), (12, 4), (32, 2)):
+    # the sweeps' best (128 heads, 132 SMs): split 32 at batch 1, 2 at batch 32; one-tile programs
+    # on at most half the SMs: 16 at batch 2 (64 programs of two tiles, not 128 of one)
+    for batch, split in ((1, 32), (2, 16), (3, 16), (4, 16), (8, 8), (12, 4), (32, 2)):
         cfg = sparse_mla.mla_config(batch, 128, 2048, num_sms=132)
         assert cfg["SPLIT"] == split and batch * 128 // cfg["BLOCK_H"] * split <= 132
         assert 2048 // split >= 64 == cfg["BLOCK_N"]
@@ -91,11 +91,11 @@ def test_grids_a_wave_would_leave_half_idle_split_past_one_wave():
     assert sparse_mla.mla_config(40, 64, 2048, num_sms=132)["SPLIT"] == 3
 
 
-def test_short_programs_fill_half_the_sms_at_most():
-    # 64 heads: 32 programs of one tile at batch 1 and 64 at batch 2; from batch 3 a whole wave of
-    # one- or two-tile programs would cost more in partials than the tiles it shortens
+def test_one_tile_programs_fill_half_the_sms_at_most():
+    # 64 heads: 32 programs of one tile at batch 1 and 64 at batch 2; at batch 3-4 a whole wave of
+    # one-tile programs would cost more in partials than the tiles it shortens: 16 splits of two
     splits = [sparse_mla.mla_config(batch, 64, 2048, num_sms=132)["SPLIT"] for batch in range(1, 17)]
-    assert splits == [32, 32, 16, 16, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8]
+    assert splits == [32, 32, 16, 16, 16, 16, 16, 16, 8, 8, 8, 8, 8, 8, 8, 8]
 
 
 def test_grids_that_cover_the_sms_are_not_split():
@@ -122,12 +122,12 @@ def test_split_rows_go_in_slices_that_bound_their_partials_and_round_the_same(mo
     assert torch.equal(sliced[0], whole[0]) and torch.equal(sliced[1], whole[1])
 
 
-def test_merge_programs_load_at_most_2048_values_in_whole_column_blocks():
+def test_merge_programs_take_whole_rows_at_most_128_values_a_thread():
     for split in (2, 3, 4, 8, 16, 32, 64):
         cfg = sparse_mla.merge_config(split)
-        assert 512 % cfg["BLOCK_D"] == 0 and cfg["BLOCK_D"] >= 128
-        assert triton.next_power_of_2(split) * cfg["BLOCK_D"] <= max(2048, 128 * triton.next_power_of_2(split))
-    assert sparse_mla.merge_config(2)["BLOCK_D"] == sparse_mla.merge_config(4)["BLOCK_D"] == 512
+        assert cfg["BLOCK_D"] == 512 and 2 <= cfg["num_warps"] <= 8
+        assert triton.next_power_of_2(split) * 512 <= 128 * 32 * cfg["num_warps"]
+    assert sparse_mla.merge_config(4)["num_warps"] == 2 and sparse_mla.merge_config(32)["num_warps"] == 4
 
 
 def test_split_below_one_is_refused():
