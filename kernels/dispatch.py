@@ -142,19 +142,18 @@ def _ours_instead_of_deepgemm(q_fp8, max_context_len: int, next_n: int, page_siz
 
 
 def _ours_instead_of_flashmla(q, kv_pool) -> bool:
-    """Whether "auto" takes our sparse MLA decode (the Gluon kernel) over FlashMLA's: up to three
-    (row, 64-head block) units (one row of 128 heads, one to three of 64) and 16 to 66 rows of 64
-    heads (an eighth to half the SMs' worth), where ours measured 1.15-1.35x and 1.02-1.27x
-    FlashMLA (H100, FP8 pool, top-k 2048). Elsewhere FlashMLA is ahead: at 2-12 rows of 128 heads
-    and 4-12 of 64, where its split partials cost less than ours (ours 0.88-0.96x), and from 17
-    rows of 128 heads, by its schedule balanced over the SMs and its dequantization shared by two
-    CTAs (ours 0.60-0.98x)."""
+    """Whether "auto" takes our sparse MLA decode (the Gluon kernel) over FlashMLA's: up to six
+    (row, 64-head block) units (1-3 rows of 128 heads, 1-6 of 64) and 16 to 66 rows of 64 heads
+    (an eighth to half the SMs' worth), where ours measured 1.00-1.44x and 1.02-1.27x FlashMLA
+    (H100, FP8 pool, top-k 2048). Elsewhere FlashMLA is ahead: at 4-12 rows of 128 heads and
+    8-12 of 64 (ours 0.90-0.98x), and from 17 rows of 128 heads, by its schedule balanced over
+    the SMs and its dequantization shared by two CTAs (ours 0.60-0.98x)."""
     if not q.is_cuda:
         return False
     from .sparse_mla import gluon_runs  # imports Triton: only asked on CUDA
 
     rows, blocks, sms = q.shape[0], q.shape[1] // 64, num_sms(q.device)
-    return (rows * blocks <= 3 or blocks == 1 and sms // 8 <= rows <= sms // 2) and gluon_runs(q, kv_pool)
+    return (rows * blocks <= 6 or blocks == 1 and sms // 8 <= rows <= sms // 2) and gluon_runs(q, kv_pool)
 
 
 # ---------------------------------------------------------------- cache stores

@@ -204,7 +204,7 @@ def test_auto_takes_our_paged_indexer_but_for_next_n_2_over_large_grids(monkeypa
     assert not ours(_on_cuda(128, 64, 128), 4096, 1, 64)  # not a Hopper (or no Gluon): the library first
 
 
-def test_auto_takes_our_sparse_mla_decode_for_up_to_three_units_and_for_16_to_66_rows_of_64_heads(monkeypatch):
+def test_auto_takes_our_sparse_mla_decode_for_up_to_six_units_and_for_16_to_66_rows_of_64_heads(monkeypatch):
     from dsa_kernels import sparse_mla
 
     monkeypatch.setattr(dispatch, "num_sms", lambda device: 132)
@@ -214,9 +214,8 @@ def test_auto_takes_our_sparse_mla_decode_for_up_to_three_units_and_for_16_to_66
     def ours(rows, heads):
         return dispatch._ours_instead_of_flashmla(_on_cuda(rows, heads, 576), pool)
 
-    assert ours(1, 128) and ours(3, 64) and not ours(2, 128) and not ours(4, 64)
-    assert [rows for rows in range(1, 140) if ours(rows, 64)] == [1, 2, 3, *range(16, 67)]
-    assert not any(ours(rows, 128) for rows in range(2, 140))
+    assert [rows for rows in range(1, 140) if ours(rows, 128)] == [1, 2, 3]
+    assert [rows for rows in range(1, 140) if ours(rows, 64)] == [*range(1, 7), *range(16, 67)]
     assert not dispatch._ours_instead_of_flashmla(torch.zeros(1, 64, 576), pool)  # the CPU: the reference
     monkeypatch.setattr(sparse_mla, "gluon_runs", lambda q, kv_pool: False)
     assert not ours(1, 128)
