@@ -2,11 +2,11 @@
 kernels otherwise on a GPU, the PyTorch references on the CPU.
 
 `backend` picks one explicitly ("reference", "triton", "deepgemm", "flashmla"); "auto" (the
-default) follows the order above, with two exceptions: at the call shapes where our Gluon kernels
-measured faster than the library on the H100 and the H200 (the paged indexer but for next_n 2 on
-large grids, sparse MLA decode on small grids: _ours_instead_of_deepgemm, _ours_instead_of_flashmla),
-and under batch-invariant mode (kernels/batch_invariant.py), where both keep to ours. "ours" is "auto" without
-the libraries. A library that is absent, fails to load, or refuses a shape is
+default) follows the order above, with two exceptions: the call shapes where our Gluon kernels
+measured faster than the library (the paged indexer but for next_n 2 on large grids, sparse MLA
+decode on small grids: _ours_instead_of_deepgemm, _ours_instead_of_flashmla), and batch-invariant
+mode (kernels/batch_invariant.py), where every entry keeps to ours. "ours" is "auto" without the
+libraries. A library that is absent, fails to load, or refuses a shape is
 never an error under "auto": the call falls through to ours, "triton" (Gluon on Hopper; logged once per
 reason). Our kernels over e4m3 data need compute capability 8.9 (Triton compiles e4m3 from Ada
 on): on an older GPU (A100, A10) "auto" and "ours" run those calls on the references, on the GPU,

@@ -208,9 +208,9 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
 
 
 # Programs shorter than this many tiles fill at most half the SMs: a whole wave of one-tile
-# programs measured 1.09x slower than half as many of two tiles (H100, batch 2 of 128 heads,
-# docs/PERFORMANCE.md, "Ours where it is faster than the library"), since the partials, not the
-# tiles, are then what the op moves.
+# programs took 1.09x as long as half as many of two tiles (H100, batch 2 of 128 heads, kernel and
+# merge timed apart; docs/PERFORMANCE.md, "Ours where it is faster than the library"), since the
+# partials, not the tiles, are then what the op moves.
 SHORT_PROGRAM_TILES = 2
 
 
