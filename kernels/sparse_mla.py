@@ -128,17 +128,11 @@ def _sparse_mla_kernel(
 
 
 @triton.jit
-def _merge_splits_kernel(
-    part_ptr, part_lse_ptr, out_ptr, lse_ptr, num_splits,
-    H: tl.constexpr, SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
-):
-    """Combine the splits of one (row, head) by their log-sum-exp, BLOCK_D value columns per program.
-
-    All splits come in one [SPLITS, BLOCK_D] load (merge_config sizes it): one trip to L2 a program.
-    """
-    pid = tl.program_id(0)
-    cols = (pid % (512 // BLOCK_D)) * BLOCK_D + tl.arange(0, BLOCK_D)
-    nh = pid // (512 // BLOCK_D)  # n * H + h
+def _merge_splits_kernel(part_ptr, part_lse_ptr, out_ptr, lse_ptr, num_splits, H: tl.constexpr, SPLITS: tl.constexpr):
+    """Combine the splits of one (row, head) by their log-sum-exp: the whole [SPLITS, 512] row of
+    partials in one load, one trip to L2 a program."""
+    nh = tl.program_id(0)  # n * H + h
+    cols = tl.arange(0, 512)
     s = tl.arange(0, SPLITS)
     ok = s < num_splits
     part = (nh // H * num_splits + s).to(tl.int64) * H + nh % H
@@ -151,18 +145,16 @@ def _merge_splits_kernel(
     has = total > 0
     inv = tl.where(has, 1.0 / tl.where(has, total, 1.0), 0.0)
     tl.store(out_ptr + nh.to(tl.int64) * 512 + cols, _to_bf16(tl.sum(vals * w[:, None], axis=0) * inv))
-    if pid % (512 // BLOCK_D) == 0:
-        tl.store(lse_ptr + nh, tl.where(has, (top + tl.log2(tl.where(has, total, 1.0))) * _LN2, float("-inf")))
+    tl.store(lse_ptr + nh, tl.where(has, (top + tl.log2(tl.where(has, total, 1.0))) * _LN2, float("-inf")))
 
 
-def merge_config(split: int) -> dict:
-    """Columns and warps of a merge program: whole rows of 512 columns, with a warp per 8 splits
-    (at least two, at most eight), so a thread holds at most 128 values up to 64 splits. From the
-    H100 A/Bs in docs/PERFORMANCE.md: at batch 32 / 64 (splits 2 and 4) whole rows on two warps
-    merged in 4 us where 128-column programs on four warps took 12-24 us; at 8-32 splits (1-8
-    rows) whole rows merged 1.4-2.2x faster than 128-column programs, and no shape tried was
-    faster by more than 0.2 us."""
-    return dict(BLOCK_D=KV_LORA_RANK, num_warps=min(8, max(2, next_power_of_2(split) // 8)))
+def merge_warps(split: int) -> int:
+    """Warps of a merge program: one per 8 splits (at least two, at most eight), so a thread holds
+    at most 128 values up to 64 splits. From the H100 A/Bs in docs/PERFORMANCE.md: at batch 32 / 64
+    (splits 2 and 4) whole rows on two warps merged in 4 us where 128-column programs on four warps
+    took 12-24 us; at 8-32 splits (1-8 rows) whole rows merged 1.4-2.2x faster than 128-column
+    programs, and no shape tried was faster by more than 0.2 us."""
+    return min(8, max(2, next_power_of_2(split) // 8))
 
 
 # The split's cost model, fitted to the Gluon kernel over an FP8 pool on the H100 (split counts 1-8
@@ -318,9 +310,8 @@ def sparse_mla(
         else:
             merged = gluon_kernel()
         if split > 1 and not merged:
-            merge = merge_config(split)
-            _merge_splits_kernel[(rows * heads * (KV_LORA_RANK // merge["BLOCK_D"]),)](
-                part, part_lse, out, lse, split, H=heads, SPLITS=next_power_of_2(split), **merge)
+            _merge_splits_kernel[(rows * heads,)](part, part_lse, out, lse, split, H=heads,
+                                                  SPLITS=next_power_of_2(split), num_warps=merge_warps(split))
 
     # Split rows keep fp32 partials. A long run of them (a prefill chunk under batch-invariant mode,
     # where the split does not fall with the rows) goes in slices that bound those to

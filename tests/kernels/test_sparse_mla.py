@@ -52,7 +52,7 @@ def _check(fp8, config):
 
 
 # split 3 does not divide the 3 tiles of 16 keys evenly; split 8 leaves five splits with no keys;
-# the merge takes whole rows, on two warps up to 16 splits and four at 32 (merge_config)
+# the merge takes whole rows, on two warps up to 16 splits and four at 32 (merge_warps)
 @pytest.mark.parametrize("block_h,split", [(16, 1), (32, 1), (16, 2), (16, 3), (16, 8), (32, 8), (16, 32)])
 @pytest.mark.parametrize("fp8", [False, True])
 def test_sparse_mla_matches_reference(fp8, block_h, split):
@@ -122,12 +122,11 @@ def test_split_rows_go_in_slices_that_bound_their_partials_and_round_the_same(mo
     assert torch.equal(sliced[0], whole[0]) and torch.equal(sliced[1], whole[1])
 
 
-def test_merge_programs_take_whole_rows_at_most_128_values_a_thread():
+def test_merge_programs_hold_at_most_128_values_a_thread():
     for split in (2, 3, 4, 8, 16, 32, 64):
-        cfg = sparse_mla.merge_config(split)
-        assert cfg["BLOCK_D"] == 512 and 2 <= cfg["num_warps"] <= 8
-        assert triton.next_power_of_2(split) * 512 <= 128 * 32 * cfg["num_warps"]
-    assert sparse_mla.merge_config(4)["num_warps"] == 2 and sparse_mla.merge_config(32)["num_warps"] == 4
+        warps = sparse_mla.merge_warps(split)
+        assert 2 <= warps <= 8 and triton.next_power_of_2(split) * 512 <= 128 * 32 * warps
+    assert sparse_mla.merge_warps(4) == 2 and sparse_mla.merge_warps(32) == 4
 
 
 def test_split_below_one_is_refused():
