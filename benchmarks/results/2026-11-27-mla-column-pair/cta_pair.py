@@ -96,3 +96,20 @@ def launch_pairs(kernel_fn, programs: int, args: list, constexprs: dict):
     kernel.run(programs // 2, 1, 1, torch.cuda.current_stream().cuda_stream, kernel.function, (num_warps, 2, shared),
                None, None, None, *values)
     return kernel
+
+
+@gluon.jit
+def push8(offset, bar_offset, peer):
+    """As push, 8 KB."""
+    _ptx("""{
+\t.reg .pred leader;
+\t.reg .b32 src, dst, bar;
+\tsetp.eq.u32 leader, $1, 0;
+\tmov.u32 src, global_smem;
+\tadd.u32 bar, src, $3;
+\tadd.u32 src, src, $2;
+\tmapa.shared::cluster.u32 dst, src, $4;
+\tmapa.shared::cluster.u32 bar, bar, $4;
+\t@leader cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [dst], [src], 8192, [bar];
+\tmov.u32 $0, 0;
+}""", offset, bar_offset, peer)
