@@ -24,6 +24,12 @@ warpgroups -> gatherer), `p_ready` / `p_free` for P, and `done` for the scorer's
 partition passes its own barrier before one of its threads arrives. A bf16 output leaves through
 the key buffer no product reads any more, in 16-byte row stores (_store_columns).
 
+At 128 heads over an FP8 pool the dequantization bounds the kernel, and a row's two head blocks
+each dequantized every tile. Unsplit rows (batch 45 and up at top-k 2048) now run them as a CTA
+pair, one thread-block cluster (kernels/cta_pair.py): each copies and dequantizes half of every
+tile's value columns and pushes them into the other's key buffer (_gather_fp8_pair), bit for bit
+the one-CTA kernel's output, 1.04-1.06x faster (H100, docs/PERFORMANCE.md, "CTA pairs").
+
 A split top-k range leaves float32 partials. At two or four splits in one wave (MERGES;
 sparse_mla.mla_config's at batch 9-16 and 23-33 of 128 heads), where the launch is cooperative (all of a grid's programs resident at once),
 the splits of a (row, head block) meet at a counter in global memory (kernels/grid_barrier.py) and
@@ -37,8 +43,10 @@ Otherwise sparse_mla's merge kernel merges them, one launch later.
 from __future__ import annotations
 
 import functools
+import logging
 
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -47,7 +55,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from dsa_backend.cache.layout import MLA_FP8_BYTES as _MLA_FP8_BYTES
 
-from . import grid_barrier
+from . import cta_pair, grid_barrier
 from .device import num_sms
 from .gluon_compat import barrier, cp_async, reinterpret
 
@@ -75,10 +83,14 @@ ROPE_ROWS = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))  # 64
 # 128 columns of four rows, so that neither the raw loads nor the swizzled bf16 stores conflict (a
 # warp over one whole row puts eight lanes' stores in each bank group).
 DEQUANT = gl.constexpr(gl.BlockedLayout([1, 1, 16], [4, 1, 8], [4, 1, 1], [2, 1, 0]))
+# A pair's raw rows (256 e4m3 bytes, half a row), and a [64, 64] block of them for dequantization.
+RAW_HALF = gl.constexpr(gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0]))
+DEQUANT_BLOCK = gl.constexpr(gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0]))
 # the split counts that merge where they meet: from 8 splits (batch 8 and below at 128 heads) the
 # merge kernel, whose reads spread over every SM, is as fast or faster (H100, docs/PERFORMANCE.md)
 MERGES = (2, 4)
 _KERNEL = "the Gluon sparse MLA kernel's merge"
+log = logging.getLogger(__name__)
 
 
 @gluon.jit
@@ -332,11 +344,86 @@ def _gather_fp8(k_lat, k_rope, raw2, raw3, scales, valid, ready, free, kv_ptr, k
 
 
 @gluon.jit
+def _dequantize_and_push(k_lat, raw_half, scales, ready, free_peer, t, b, R: gl.constexpr, READY_AT: gl.constexpr,
+                         FREE_PEER_AT: gl.constexpr):
+    """A pair's gatherer of rank R: its value columns 256 R .. 256 R + 255 of tile t (raw in the first
+    16 KB of their 32 KB region of key buffer b) rewritten there as bf16, a 64-column block at a
+    time; its arrival on ready[b], which then waits for the peer's half too; and, once the peer's
+    MMAs are done with the peer's buffer b, the region pushed there."""
+    raw = raw_half.index(4 * b + 2 * R)
+    lat0 = raw.slice(0, 64, dim=1).load(DEQUANT_BLOCK)
+    lat1 = raw.slice(64, 64, dim=1).load(DEQUANT_BLOCK)
+    lat2 = raw.slice(128, 64, dim=1).load(DEQUANT_BLOCK)
+    lat3 = raw.slice(192, 64, dim=1).load(DEQUANT_BLOCK)
+    scale0 = scales.slice(2 * R, 1, dim=1).load(DEQUANT_BLOCK)  # each 128 columns' scale
+    scale1 = scales.slice(2 * R + 1, 1, dim=1).load(DEQUANT_BLOCK)
+    barrier()  # every thread holds its raw bytes before the bf16 blocks overwrite them
+    dst = k_lat.index(b)
+    dst.slice(256 * R, 64, dim=1).store((lat0.to(gl.float32) * scale0).to(gl.bfloat16))
+    dst.slice(256 * R + 64, 64, dim=1).store((lat1.to(gl.float32) * scale0).to(gl.bfloat16))
+    dst.slice(256 * R + 128, 64, dim=1).store((lat2.to(gl.float32) * scale1).to(gl.bfloat16))
+    dst.slice(256 * R + 192, 64, dim=1).store((lat3.to(gl.float32) * scale1).to(gl.bfloat16))
+    fence_async_shared()
+    barrier()  # (this warpgroup's barrier) the half is in place, for the MMAs and the push
+    mbarrier.expect(ready.index(b), cta_pair.PUSH_BYTES)
+    if t >= 2:
+        mbarrier.wait(free_peer.index(b), (t // 2 - 1) & 1)
+    # k_lat, the largest allocation, is where Triton's allocator puts it, at global_smem offset 0
+    # (elsewhere the pair would not give the one-CTA kernel's bits: its GPU test)
+    cta_pair.push(b * 65536 + R * cta_pair.PUSH_BYTES, READY_AT + 8 * b, 1 - R)
+
+
+@gluon.jit
+def _gather_fp8_pair(k_lat, k_rope, raw_half, scales, valid, ready, free, free_peer, kv_ptr, kv_f32_ptr, kv_bf16_ptr,
+                     stride_kv, num_slots, idx_row, lo, end, READY_AT: gl.constexpr, FREE_PEER_AT: gl.constexpr):
+    """The FP8 gatherer of a CTA pair (a 128-head row's two head blocks as one cluster): as
+    _gather_fp8, but each CTA copies and dequantizes half of every tile's value columns and pushes
+    them into the peer's buffer, so each dequantizes half as much (the FP8 gatherer bounds the
+    one-CTA kernel at 128 heads; docs/PERFORMANCE.md, "Half a tile's gather a CTA").
+
+    The handshake: tile t's ready[b] takes this CTA's arrival and the peer's 32 KB; a CTA's
+    gatherer, once its own MMAs are done with buffer b, says so on the peer's free_peer[b], which
+    the peer waits on before pushing tile t + 2 there. The gatherer sends it, not the MMA
+    warpgroups: from them (two remote arrivals a tile) the pair was 0.80x the one-CTA kernel."""
+    cta_pair.cluster_sync()  # the peer's mbarriers are initialized
+    rank = gl.program_id(0) % 2
+    lat_idx = _entries(idx_row, lo, end, RAW_HALF)
+    scale_idx = _entries(idx_row, lo, end, SCALES)
+    rope_idx = _entries(idx_row, lo, end, ROPE_ROWS)
+    for t in range(_num_tiles(lo, end)):
+        b = t % 2
+        if t >= 2:
+            mbarrier.wait(free.index(b), (t // 2 - 1) & 1)
+            cta_pair.arrive_remote(FREE_PEER_AT + 8 * b, 1 - rank)  # the peer may push tile t here
+        # raw half r lands in the first 16 KB of its region of the buffer (raw_half index 4 b + 2 r)
+        if rank == 0:
+            _copy_rows(raw_half.index(4 * b), kv_ptr, lat_idx, num_slots, stride_kv, 0, RAW_HALF)
+        else:
+            _copy_rows(raw_half.index(4 * b + 2), kv_ptr, lat_idx, num_slots, stride_kv, 256, RAW_HALF)
+        _copy_rows(scales, kv_f32_ptr, scale_idx, num_slots, MLA_FP8_BYTES // 4, 128, SCALES)
+        _copy_rows(k_rope.index(b), kv_bf16_ptr, rope_idx, num_slots, MLA_FP8_BYTES // 2, 264, ROPE_ROWS)
+        async_copy.commit_group()
+        valid.index(b).store(_valid(rope_idx, num_slots).to(gl.int8))
+        lat_idx = _entries(idx_row, lo + (t + 1) * 64, end, RAW_HALF)  # a tile ahead, under the copies
+        scale_idx = _entries(idx_row, lo + (t + 1) * 64, end, SCALES)
+        rope_idx = _entries(idx_row, lo + (t + 1) * 64, end, ROPE_ROWS)
+        async_copy.wait_group(0)
+        barrier()  # (this warpgroup's barrier) every thread's copies have landed
+        if rank == 0:
+            _dequantize_and_push(k_lat, raw_half, scales, ready, free_peer, t, b, 0, READY_AT, FREE_PEER_AT)
+        else:
+            _dequantize_and_push(k_lat, raw_half, scales, ready, free_peer, t, b, 1, READY_AT, FREE_PEER_AT)
+    cta_pair.cluster_sync()  # this CTA's last arrivals on the peer are in before either exits
+
+
+@gluon.jit
 def _scorer(q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free, p_ready,
             p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0, o_smem,
-            H: gl.constexpr, PARTIAL: gl.constexpr, MERGE: gl.constexpr):
+            H: gl.constexpr, PARTIAL: gl.constexpr, MERGE: gl.constexpr, PAIR: gl.constexpr):
     """Warpgroup 0: Q into shared memory while the gatherer fetches the first tile, then QK of each
     whole tile, the online softmax, and value columns 0..255."""
+    if PAIR:
+        cta_pair.cluster_sync()  # the peer's mbarriers are initialized (every partition meets it)
     q_row = q_base + (h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, ROPE_ROWS)))[:, None] * stride_qh
     col = gl.arange(0, 64, layout=gl.SliceLayout(0, ROPE_ROWS))[None, :]
     for c in gl.static_range(0, 512, 64):  # 64 columns at a time: 16 registers a thread
@@ -368,6 +455,8 @@ def _scorer(q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem,
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         barrier()  # (this warpgroup's barrier) its PV is done with the key buffer
         mbarrier.arrive(free.index(b))
+    if PAIR:
+        cta_pair.cluster_sync()  # the peer's last arrivals on this CTA's mbarriers are in
     inv = _inverse_sum(l_i)
     inv_smem.store(inv)
     barrier()  # (this warpgroup's barrier) 1 / l is in place for the second warpgroup
@@ -383,8 +472,11 @@ def _scorer(q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem,
 
 @gluon.jit
 def _second_half(k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr,
-                 n, split, num_splits, h0, o_smem, H: gl.constexpr, PARTIAL: gl.constexpr, MERGE: gl.constexpr):
+                 n, split, num_splits, h0, o_smem, H: gl.constexpr, PARTIAL: gl.constexpr, MERGE: gl.constexpr,
+                 PAIR: gl.constexpr):
     """Warpgroup 1: value columns 256..511 from the scorer's P, rescaled by its factors."""
+    if PAIR:
+        cta_pair.cluster_sync()
     acc = gl.zeros([64, 256], gl.float32, PV)
     n_tiles = _num_tiles(lo, end)
     for t in range(n_tiles):
@@ -395,6 +487,8 @@ def _second_half(k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, don
         barrier()  # (this warpgroup's barrier) its PV is done with P and the key buffer
         mbarrier.arrive(p_free)
         mbarrier.arrive(free.index(t % 2))
+    if PAIR:
+        cta_pair.cluster_sync()
     mbarrier.wait(done, 0)
     inv = inv_smem.load(gl.SliceLayout(1, PV))
     if MERGE:
@@ -412,6 +506,7 @@ def _sparse_mla_kernel(
     idx_ptr, stride_idx, topk, out_ptr, lse_ptr, scale_log2, keys_per_split, num_splits,
     count_ptr, merged_ptr, merged_lse_ptr,
     H: gl.constexpr, FP8: gl.constexpr, PARTIAL: gl.constexpr, MERGE: gl.constexpr, num_warps: gl.constexpr,
+    PAIR: gl.constexpr = False, READY_AT: gl.constexpr = 0, FREE_PEER_AT: gl.constexpr = 0,
 ):
     LAT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 512], gl.bfloat16)
     ROPE: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16)
@@ -446,6 +541,11 @@ def _sparse_mla_kernel(
     mbarrier.init(p_ready, count=1)
     mbarrier.init(p_free, count=1)
     mbarrier.init(done, count=1)
+    if PAIR:  # FP8 pairs (_gather_fp8_pair): per key buffer, the peer's word that its buffer is free
+        gl.static_assert(FP8 and MERGE == 0 and H % 128 == 0, "pairs are for FP8 pools, 128-head blocks, no meeting")
+        free_peer = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(free_peer.index(i), count=1)
     fence_async_shared()
     barrier()  # the barriers are in place for every warp
     # with MERGE, the split's normalized output in float32 over the key buffers once the products
@@ -461,22 +561,37 @@ def _sparse_mla_kernel(
         raw2 = reinterpret(k_lat, gl.float8e4nv, [4, 64, 512], PLAIN)
         raw3 = reinterpret(k_lat, gl.float8e4nv, [4, 64, 4, 128], gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
         scales = gl.allocate_shared_memory(gl.float32, [64, 4], PLAIN)
-        gl.warp_specialize([
-            (_scorer, (q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free,
-                       p_ready, p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
-                       o_smem, H, PARTIAL, MERGE)),
-            (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr, n,
-                            split, num_splits, h0, o_smem, H, PARTIAL, MERGE)),
-            (_gather_fp8, (k_lat, k_rope, raw2, raw3, scales, valid, ready, free, kv_ptr, kv_f32_ptr, kv_bf16_ptr,
-                           stride_kv, num_slots, idx_row, lo, end)),
-        ], [4, 4], [SECOND_REGS, GATHER_REGS])
+        if PAIR:
+            # a pair's raw halves: a key buffer's bytes as four [64, 256] pieces, half r's raw bytes
+            # in piece 2 r, the first of the two its bf16 columns fill
+            raw_half = reinterpret(k_lat, gl.float8e4nv, [8, 64, 256], PLAIN)
+            gl.warp_specialize([
+                (_scorer, (q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free,
+                           p_ready, p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits,
+                           h0, o_smem, H, PARTIAL, MERGE, PAIR)),
+                (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr,
+                                n, split, num_splits, h0, o_smem, H, PARTIAL, MERGE, PAIR)),
+                (_gather_fp8_pair, (k_lat, k_rope, raw_half, scales, valid, ready, free, free_peer, kv_ptr,
+                                    kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots, idx_row, lo, end, READY_AT,
+                                    FREE_PEER_AT)),
+            ], [4, 4], [SECOND_REGS, GATHER_REGS])
+        else:
+            gl.warp_specialize([
+                (_scorer, (q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free,
+                           p_ready, p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits,
+                           h0, o_smem, H, PARTIAL, MERGE, PAIR)),
+                (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr,
+                                n, split, num_splits, h0, o_smem, H, PARTIAL, MERGE, PAIR)),
+                (_gather_fp8, (k_lat, k_rope, raw2, raw3, scales, valid, ready, free, kv_ptr, kv_f32_ptr, kv_bf16_ptr,
+                               stride_kv, num_slots, idx_row, lo, end)),
+            ], [4, 4], [SECOND_REGS, GATHER_REGS])
     else:
         gl.warp_specialize([
             (_scorer, (q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free,
                        p_ready, p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
-                       o_smem, H, PARTIAL, MERGE)),
+                       o_smem, H, PARTIAL, MERGE, PAIR)),
             (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr, n,
-                            split, num_splits, h0, o_smem, H, PARTIAL, MERGE)),
+                            split, num_splits, h0, o_smem, H, PARTIAL, MERGE, PAIR)),
             (_gather, (k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots, idx_row, lo, end)),
         ], [4, 4], [SECOND_REGS, GATHER_REGS])
     if MERGE:  # the partitions have joined: all of this split's partials are out
@@ -491,18 +606,52 @@ def runs_on(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
+# FP8 pools at 128 heads run unsplit rows as CTA pairs (_gather_fp8_pair): 1.04-1.06x one CTA a head
+# block at batch 64-128, where dequantization bounds it; split rows' short programs lost 4-10% (H100,
+# docs/PERFORMANCE.md, "CTA pairs"). False (or a Triton whose builds or launcher the pair launch
+# does not know) runs one CTA a head block everywhere.
+PAIRS = True
+_pair_barriers: dict = {}  # per build's constexprs, (READY_AT, FREE_PEER_AT)
+
+
+def _barrier_offsets(ptx: str) -> tuple[int, int]:
+    """READY_AT and FREE_PEER_AT from a pair build's PTX: its mbarriers in the kernel's init order
+    (ready 0, free 0, ready 1, free 1, p_ready, p_free, done, free_peer 0, free_peer 1), each pair of
+    buffers' 8 bytes apart, as the gatherer addresses them."""
+    at = cta_pair.mbarrier_offsets(ptx)
+    if len(at) != 9 or at[2] != at[0] + 8 or at[8] != at[7] + 8:
+        raise cta_pair.Unavailable(f"unexpected mbarrier offsets {at}")
+    return at[0], at[7]
+
+
+def _launch_pairs(grid: int, args: list, constexprs: dict) -> None:
+    """The pair kernel, its mbarrier offsets read from a first build (cached) and checked in the second."""
+    key = tuple(sorted(constexprs.items()))
+    if key not in _pair_barriers:
+        probe = cta_pair.build(_sparse_mla_kernel, grid, args, dict(constexprs, PAIR=True))
+        ready_at, free_peer_at = _barrier_offsets(probe.asm["ptx"])
+        pair = dict(constexprs, PAIR=True, READY_AT=ready_at, FREE_PEER_AT=free_peer_at)
+        if _barrier_offsets(cta_pair.build(_sparse_mla_kernel, grid, args, pair).asm["ptx"]) != (ready_at, free_peer_at):
+            raise cta_pair.Unavailable("the pair build moved its mbarriers")
+        _pair_barriers[key] = (ready_at, free_peer_at)
+    ready_at, free_peer_at = _pair_barriers[key]
+    cta_pair.launch(_sparse_mla_kernel, grid, args,
+                    dict(constexprs, PAIR=True, READY_AT=ready_at, FREE_PEER_AT=free_peer_at))
+
+
 def launch(q, views, stride_kv, num_slots, indices, topk, part, part_lse, out, lse, scale_log2, keys_per_split, split,
            fp8, merge: bool) -> bool:
     """Start the kernel on sparse_mla's checked arguments; `part` / `part_lse` as there. With `merge`
     (and a split of MERGES, a grid the SMs hold at once and meeting counters on this stream), the
     splits merge into `out` / `lse` in the kernel: True. Otherwise, or if the driver refuses the
     grid as a cooperative launch, the caller's merge kernel has to: False."""
+    global PAIRS
     n, heads, _ = q.shape
     grid = n * split * (heads // BLOCK_H)
-    run = functools.partial(
-        _sparse_mla_kernel[(grid,)], q, q.stride(0), q.stride(1), *views, stride_kv, num_slots, indices,
-        indices.stride(0), topk, part, part_lse, scale_log2, keys_per_split, split,
-        H=heads, FP8=fp8, PARTIAL=split > 1, num_warps=NUM_WARPS)
+    args = [q, q.stride(0), q.stride(1), *views, stride_kv, num_slots, indices, indices.stride(0), topk, part,
+            part_lse, scale_log2, keys_per_split, split]
+    constexprs = dict(H=heads, FP8=fp8, PARTIAL=split > 1, num_warps=NUM_WARPS)
+    run = functools.partial(_sparse_mla_kernel[(grid,)], *args, **constexprs)
     merge = (merge and split in MERGES and grid <= num_sms(q.device)
              and not grid_barrier.refused(_KERNEL, q.device, grid))
     counters = grid_barrier.counters(q.device, n * heads // BLOCK_H, _KERNEL, "the merge kernel") if merge else None
@@ -514,5 +663,14 @@ def launch(q, views, stride_kv, num_slots, indices, topk, part, part_lse, out, l
             if not grid_barrier.is_refusal(exc):
                 raise
             grid_barrier.refuse(_KERNEL, q.device, grid)
-    run(part, part, part_lse, MERGE=0)  # no meeting: placeholders
+    placeholders = [part, part, part_lse]  # no meeting
+    if PAIRS and fp8 and heads % 128 == 0 and split == 1:
+        try:
+            _launch_pairs(grid, args + placeholders, dict(constexprs, MERGE=0))
+            return False
+        except cta_pair.Unavailable as exc:
+            PAIRS = False
+            log.warning("FP8 sparse MLA at %d heads runs one CTA a head block (no CTA pairs with Triton %s): %s",
+                        heads, triton.__version__, exc)
+    run(*placeholders, MERGE=0)
     return False

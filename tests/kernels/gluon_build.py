@@ -54,6 +54,28 @@ def sparse_mla(fp8: bool, partial: bool, merge: int = 0) -> dict:
                 meets="atom.global.gpu.acq_rel.add" in ptx and "ld.global.gpu.acquire" in ptx, ptxas_warnings=warnings)
 
 
+def sparse_mla_pair() -> dict:
+    """The FP8 CTA-pair build at 128 heads, as sparse_mla_gluon._launch_pairs makes it: a first build
+    for its mbarrier offsets, a second with them."""
+    types = dict(q_ptr="*bf16", kv_ptr="*fp8e4nv", kv_f32_ptr="*fp32", kv_bf16_ptr="*bf16", idx_ptr="*i32",
+                 out_ptr="*bf16", lse_ptr="*fp32", scale_log2="fp32", count_ptr="*i32", merged_ptr="*bf16",
+                 merged_lse_ptr="*fp32")
+    aligned = {"q_ptr", "stride_qn", "stride_qh", "kv_ptr", "kv_f32_ptr", "kv_bf16_ptr", "stride_kv", "idx_ptr",
+               "stride_idx", "out_ptr", "lse_ptr", "merged_ptr", "merged_lse_ptr"}
+    pair = dict(H=128, FP8=True, PARTIAL=False, MERGE=0, PAIR=True, READY_AT=0, FREE_PEER_AT=0)
+    probe, _, _ = build(sparse_mla_gluon._sparse_mla_kernel, types, pair, aligned, sparse_mla_gluon.NUM_WARPS)
+    at = sparse_mla_gluon._barrier_offsets(probe.asm["ptx"])
+    k, warnings, spilled = build(sparse_mla_gluon._sparse_mla_kernel, types,
+                                 dict(pair, READY_AT=at[0], FREE_PEER_AT=at[1]), aligned, sparse_mla_gluon.NUM_WARPS)
+    ptx = k.asm["ptx"]
+    return dict(kernel="sparse_mla_pair", shared=k.metadata.shared, offsets=at,
+                offsets_kept=sparse_mla_gluon._barrier_offsets(ptx) == at, setmaxnreg="setmaxnreg" in ptx,
+                cluster_ops=all(op in ptx for op in ("barrier.cluster.arrive.aligned", "mapa.shared::cluster",
+                                                     "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx",
+                                                     "mbarrier.arrive.relaxed.cluster.shared::cluster")),
+                spilled=spilled, ptxas_warnings=warnings)
+
+
 def paged_indexer(next_n: int, overlap: bool, unrolled: bool = False, tokens_a_program: int = 0) -> dict:
     key_tiles = TensorDescriptor.from_tensor(torch.empty(4, 64, 128, dtype=torch.float8_e4m3fn), [1, 64, 128],
                                              indexer_gluon.KEY_TILE_LAYOUT)
@@ -78,6 +100,7 @@ if __name__ == "__main__":
             print(json.dumps(sparse_mla(fp8, partial)), flush=True)
     for fp8, merge in ((True, 2), (True, 4), (False, 2)):
         print(json.dumps(sparse_mla(fp8, True, merge)), flush=True)
+    print(json.dumps(sparse_mla_pair()), flush=True)
     for next_n in (1, 2, 4):
         print(json.dumps(paged_indexer(next_n, overlap=True)), flush=True)
     print(json.dumps(paged_indexer(2, overlap=False)), flush=True)

@@ -325,3 +325,55 @@ def test_splits_meet_in_cuda_graph_replays_after_an_eager_call_and_not_before(mo
             _within_an_ulp(out, eager)
         else:
             assert torch.equal(out, eager)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("batch", [5, 16, 64, 130])  # splits 8 (merge kernel), 4 (meeting), 1, 1 (two waves)
+def test_fp8_cta_pairs_give_the_one_cta_kernels_bits(monkeypatch, batch):
+    """At 128 heads over an FP8 pool an unsplit row's two head blocks run as a CTA pair, each
+    dequantizing half of every tile for both: the same arithmetic, so the same bits, eager and in a
+    CUDA graph. Split rows run one CTA a head block."""
+    q, pool, idx = _decode_case(batch, 128, True)
+    idx[-1, 1:] = -1  # a row of one key
+    pairs = []
+    real_launch = sparse_mla.sparse_mla_gluon.cta_pair.launch
+    monkeypatch.setattr(sparse_mla.sparse_mla_gluon.cta_pair, "launch",
+                        lambda *args, **kw: pairs.append(args[1]) or real_launch(*args, **kw))
+    out, lse = sparse_mla.sparse_mla(q, pool, idx, SCALE)
+    split = sparse_mla.mla_config(batch, 128, 2048)["SPLIT"]
+    assert sparse_mla.sparse_mla_gluon.PAIRS and len(pairs) == (split == 1)
+    with monkeypatch.context() as m:
+        m.setattr(sparse_mla.sparse_mla_gluon, "PAIRS", False)
+        one, one_lse = sparse_mla.sparse_mla(q, pool, idx, SCALE)
+    assert torch.equal(out, one) and torch.equal(lse, one_lse)
+    want, _ = reference.sparse_mla_ref(q, pool, idx, SCALE)
+    assert relative_error(out.float(), want) < 1e-2
+    if split in sparse_mla.sparse_mla_gluon.MERGES:  # (a capture's meetings: test_splits_meet_in_cuda_graph_...)
+        return
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replayed = sparse_mla.sparse_mla(q, pool, idx, SCALE)[0]
+    q.copy_((q.float() * -0.5).to(torch.bfloat16))  # fresh queries for the replay
+    graph.replay()
+    torch.cuda.synchronize()
+    with monkeypatch.context() as m:
+        m.setattr(sparse_mla.sparse_mla_gluon, "PAIRS", False)
+        assert torch.equal(replayed, sparse_mla.sparse_mla(q, pool, idx, SCALE)[0])
+
+
+@pytest.mark.gpu
+@hopper
+def test_a_triton_the_pair_launch_does_not_know_runs_one_cta_with_a_warning(monkeypatch, caplog):
+    q, pool, idx = _decode_case(64, 128, True)
+    monkeypatch.setattr(sparse_mla.sparse_mla_gluon, "PAIRS", True)  # restored after the test
+
+    def unknown_launcher(*args, **kwargs):
+        raise sparse_mla.sparse_mla_gluon.cta_pair.Unavailable("this Triton's launcher: no such argument")
+
+    monkeypatch.setattr(sparse_mla.sparse_mla_gluon.cta_pair, "launch", unknown_launcher)
+    with caplog.at_level("WARNING", logger=sparse_mla.sparse_mla_gluon.__name__):
+        out, lse = sparse_mla.sparse_mla(q, pool, idx, SCALE)
+    assert "one CTA a head block" in caplog.text and not sparse_mla.sparse_mla_gluon.PAIRS
+    want, _ = reference.sparse_mla_ref(q, pool, idx, SCALE)
+    assert relative_error(out.float(), want) < 1e-2

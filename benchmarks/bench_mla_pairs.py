@@ -1,0 +1,79 @@
+"""FP8 sparse MLA at 128 heads: CTA pairs against one CTA a head block, FlashMLA beside, in one device call.
+
+    source .device/setup.sh && python3 benchmarks/bench_mla_pairs.py [--batches 1,2,8,32,64,100,128] [--json F]
+
+For each batch (top-k 2048 over a 256K-slot FP8 pool, a short and an empty row among them) it checks
+that the two give the same bits, then times both and FlashMLA's sparse decode in CUDA graphs,
+alternating their order, best of three. Only unsplit rows run as pairs (sparse_mla_gluon.PAIRS); at
+batches that split the top-k (below 45 rows) the two are one kernel, and `paired` says which ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from dsa_kernels import cta_pair, dispatch, sparse_mla
+from dsa_kernels import sparse_mla_gluon as gluon_mla
+from graph_timing import graph_ms
+
+SLOTS, TOPK, SCALE = 262144, 2048, 576**-0.5
+
+
+def with_pairs(fn, on: bool):
+    def run():
+        gluon_mla.PAIRS = on
+        try:
+            return fn()
+        finally:
+            gluon_mla.PAIRS = True
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", default="1,2,8,32,64,100,128")
+    ap.add_argument("--json", default="mla_pairs.json")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    pool = torch.zeros(SLOTS, 656, dtype=torch.uint8, device="cuda")
+    dispatch.store_mla_kv(pool, torch.randn(SLOTS, 512, device="cuda"), torch.randn(SLOTS, 64, device="cuda"),
+                          torch.arange(SLOTS, device="cuda"))
+    launches = []
+    real_launch = cta_pair.launch
+    cta_pair.launch = lambda *a, **k: launches.append(a[1]) or real_launch(*a, **k)
+    rows = []
+    for batch in map(int, args.batches.split(",")):
+        q = torch.randn(batch, 128, 576, device="cuda").to(torch.bfloat16)
+        idx = torch.randint(0, SLOTS, (batch, TOPK), device="cuda").int()
+        idx[0, 1000:] = -1
+        if batch > 1:
+            idx[-1] = -1
+        call = lambda: sparse_mla.sparse_mla(q, pool, idx, SCALE)
+        fns = dict(pairs=with_pairs(call, True), one_cta=with_pairs(call, False),
+                   flashmla=lambda: dispatch._flashmla_decode(q, pool, idx, SCALE))
+        launches.clear()
+        a, la = fns["pairs"]()
+        paired = bool(launches)
+        b, lb = fns["one_cta"]()
+        torch.cuda.synchronize()
+        r = dict(batch=batch, split=sparse_mla.mla_config(batch, 128, TOPK)["SPLIT"], paired=paired,
+                 pairs_enabled=gluon_mla.PAIRS, equal=bool(torch.equal(a, b) and torch.equal(la, lb)))
+        for i in range(3):
+            for name in (list(fns) if i % 2 == 0 else list(fns)[::-1]):
+                r.setdefault(name + "_us", []).append(round(graph_ms(fns[name]) * 1e3, 2))
+        best = {k: min(r[k + "_us"]) for k in fns}
+        r.update(pairs_vs_one=round(best["one_cta"] / best["pairs"], 3),
+                 pairs_vs_flashmla=round(best["flashmla"] / best["pairs"], 3),
+                 one_vs_flashmla=round(best["flashmla"] / best["one_cta"], 3))
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+        with open(args.json, "w") as f:
+            json.dump(dict(date=time.strftime("%Y-%m-%d"), gpu=torch.cuda.get_device_name(), rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
