@@ -147,7 +147,8 @@ def _ours_instead_of_flashmla(q, kv_pool) -> bool:
     (an eighth to half the SMs' worth), where ours measured 1.00-1.44x and 1.02-1.27x FlashMLA
     (H100, FP8 pool, top-k 2048). Elsewhere FlashMLA is ahead: at 4-12 rows of 128 heads and
     8-12 of 64 (ours 0.90-0.98x), and from 17 rows of 128 heads, by its schedule balanced over
-    the SMs and its dequantization shared by two CTAs (ours 0.60-0.98x)."""
+    the SMs and its dequantization shared by two CTAs (ours 0.60-0.98x; 0.84-0.93x from 45 rows
+    since ours runs CTA pairs there too: docs/PERFORMANCE.md, "CTA pairs")."""
     if not q.is_cuda:
         return False
     from .sparse_mla import gluon_runs  # imports Triton: only asked on CUDA
