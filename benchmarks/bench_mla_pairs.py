@@ -1,11 +1,12 @@
 """FP8 sparse MLA at 128 heads: CTA pairs against one CTA a head block, FlashMLA beside, in one device call.
 
-    source .device/setup.sh && python3 benchmarks/bench_mla_pairs.py [--batches 1,2,8,32,64,100,128] [--json F]
+    source .device/setup.sh && python3 benchmarks/bench_mla_pairs.py [--batches 1,2,8,32,64,100,128] [--min-tiles 32] [--json F]
 
 For each batch (top-k 2048 over a 256K-slot FP8 pool, a short and an empty row among them) it checks
 that the two give the same bits, then times both and FlashMLA's sparse decode in CUDA graphs,
-alternating their order, best of three. Only unsplit rows run as pairs (sparse_mla_gluon.PAIRS); at
-batches that split the top-k (below 45 rows) the two are one kernel, and `paired` says which ran.
+alternating their order, best of three. Only programs of --min-tiles tiles run as pairs (by default
+sparse_mla_gluon.PAIR_MIN_TILES, 32: unsplit rows); elsewhere the two are one kernel, and `paired`
+says which ran.
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="1,2,8,32,64,100,128")
     ap.add_argument("--json", default="mla_pairs.json")
+    ap.add_argument("--min-tiles", type=int, default=gluon_mla.PAIR_MIN_TILES,
+                    help="sparse_mla_gluon.PAIR_MIN_TILES for this run: pairs for programs this long or longer")
     args = ap.parse_args()
+    gluon_mla.PAIR_MIN_TILES = args.min_tiles
     torch.manual_seed(0)
     pool = torch.zeros(SLOTS, 656, dtype=torch.uint8, device="cuda")
     dispatch.store_mla_kv(pool, torch.randn(SLOTS, 512, device="cuda"), torch.randn(SLOTS, 64, device="cuda"),

@@ -606,11 +606,13 @@ def runs_on(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
-# FP8 pools at 128 heads run unsplit rows as CTA pairs (_gather_fp8_pair): 1.04-1.06x one CTA a head
-# block at batch 64-128, where dequantization bounds it; split rows' short programs lost 4-10% (H100,
-# docs/PERFORMANCE.md, "CTA pairs"). False (or a Triton whose builds or launcher the pair launch
-# does not know) runs one CTA a head block everywhere.
+# FP8 pools at 128 heads run programs of PAIR_MIN_TILES tiles or more as CTA pairs (_gather_fp8_pair):
+# 1.04-1.07x one CTA a head block for unsplit rows of top-k 2048 (32 tiles) at batch 64-128, where
+# dequantization bounds it; programs of 1-4 tiles (split rows at batch 1-8) lost 4-10% (H100,
+# docs/PERFORMANCE.md, "CTA pairs"). PAIRS False (or a Triton whose builds or launcher the pair
+# launch does not know) runs one CTA a head block everywhere.
 PAIRS = True
+PAIR_MIN_TILES = 32
 _pair_barriers: dict = {}  # per build's constexprs, (READY_AT, FREE_PEER_AT)
 
 
@@ -664,7 +666,7 @@ def launch(q, views, stride_kv, num_slots, indices, topk, part, part_lse, out, l
                 raise
             grid_barrier.refuse(_KERNEL, q.device, grid)
     placeholders = [part, part, part_lse]  # no meeting
-    if PAIRS and fp8 and heads % 128 == 0 and split == 1:
+    if PAIRS and fp8 and heads % 128 == 0 and keys_per_split >= PAIR_MIN_TILES * BLOCK_N:
         try:
             _launch_pairs(grid, args + placeholders, dict(constexprs, MERGE=0))
             return False
