@@ -34,11 +34,12 @@ def _ptx(asm: gl.constexpr, a, b, c):
 @gluon.jit
 def cluster_sync():
     """Every thread of both CTAs meets here; the first time, after the mbarrier inits, which it
-    makes visible to the peer. (ptxas spills ~30 words of the scorer's loop for any inline asm ahead
-    of it, even an empty one: Triton 3.9's ptxas for sm_90, kept as measured.)"""
+    makes visible to the peer. Its operand is a scalar: with a tensor's (as _ptx passes), at the
+    scorer's start, ptxas spilled 30 words of the scorer's loop (156 bytes against 40; Triton 3.9's
+    ptxas for sm_90)."""
     gl.inline_asm_elementwise("fence.mbarrier_init.release.cluster;\n\tbarrier.cluster.arrive.aligned;\n\t"
-                              "barrier.cluster.wait.aligned;\n\tmov.u32 $0, 0;", "=r,r",
-                              [gl.full([128], 0, gl.int32, LANES)], dtype=gl.int32, is_pure=False, pack=1)
+                              "barrier.cluster.wait.aligned;\n\tmov.u32 $0, 0;", "=r,r", [gl.program_id(0)],
+                              dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit

@@ -28,10 +28,10 @@ def test_gluon_kernels_build_for_hopper():
         # words (its passes' widths, kernels/sparse_mla_gluon._merge_share)
         assert k["meets"] == bool(k["merge"]) and k["spilled"] <= 64, k
     pair = built[7]  # FP8 at 128 heads as CTA pairs: the cluster operations in, the mbarriers where the
-    # pushes and remote arrivals address them in both builds, and the scorer's few spilled words
-    # (cta_pair.cluster_sync) no more than measured
+    # pushes and remote arrivals address them in both builds, and no more spilled than the others
+    # (a tensor operand in cta_pair.cluster_sync spilled the scorer's loop: 156 bytes)
     assert pair["shared"] <= MAX_SHARED and pair["setmaxnreg"] and pair["cluster_ops"], pair
-    assert pair["offsets_kept"] and pair["spilled"] <= 160, pair
+    assert pair["offsets_kept"] and pair["spilled"] <= 64, pair
     for k in built[8:]:  # the paged indexer at next_n 1, 2, 4, next_n 2 one MMA at a time (one tile and two
         # tiles an iteration), next_n 3 a program a token and 5 two tokens a program: TMA copies; logits
         # kept in L2 for the top-k
