@@ -23,7 +23,6 @@ def _seed():
     torch.manual_seed(0)
 
 
-
 @pytest.fixture(autouse=True)
 def _not_under_process_wide_batch_invariance():
     """The GPU tests of tests/test_batch_invariance.py turn batch-invariant mode on for their whole

@@ -40,14 +40,19 @@ def build(fn, types: dict, constants: dict, aligned: set, num_warps: int):
     return kernel, [line for line in lines if "Potential Performance Loss" in line], max(spilled, default=0)
 
 
-def sparse_mla(fp8: bool, partial: bool, merge: int = 0) -> dict:
+def _build_sparse_mla(fp8: bool, partial: bool, constants: dict):
+    """The sparse MLA kernel at 128 heads, typed as sparse_mla_gluon.launch calls it."""
     types = dict(q_ptr="*bf16", kv_ptr="*fp8e4nv" if fp8 else "*bf16", kv_f32_ptr="*fp32" if fp8 else "*bf16",
                  kv_bf16_ptr="*bf16", idx_ptr="*i32", out_ptr="*fp32" if partial else "*bf16", lse_ptr="*fp32",
                  scale_log2="fp32", count_ptr="*i32", merged_ptr="*bf16", merged_lse_ptr="*fp32")
     aligned = {"q_ptr", "stride_qn", "stride_qh", "kv_ptr", "kv_f32_ptr", "kv_bf16_ptr", "stride_kv", "idx_ptr",
                "stride_idx", "out_ptr", "lse_ptr", "merged_ptr", "merged_lse_ptr"}
-    k, warnings, spilled = build(sparse_mla_gluon._sparse_mla_kernel, types,
-                        dict(H=128, FP8=fp8, PARTIAL=partial, MERGE=merge), aligned, sparse_mla_gluon.NUM_WARPS)
+    return build(sparse_mla_gluon._sparse_mla_kernel, types, dict(constants, H=128, FP8=fp8, PARTIAL=partial),
+                 aligned, sparse_mla_gluon.NUM_WARPS)
+
+
+def sparse_mla(fp8: bool, partial: bool, merge: int = 0) -> dict:
+    k, warnings, spilled = _build_sparse_mla(fp8, partial, dict(MERGE=merge))
     ptx = k.asm["ptx"]
     return dict(kernel="sparse_mla", fp8=fp8, partial=partial, merge=merge, shared=k.metadata.shared,
                 cp_async="cp.async." in ptx, setmaxnreg="setmaxnreg" in ptx, spilled=spilled,
@@ -57,16 +62,10 @@ def sparse_mla(fp8: bool, partial: bool, merge: int = 0) -> dict:
 def sparse_mla_pair() -> dict:
     """The FP8 CTA-pair build at 128 heads, as sparse_mla_gluon._launch_pairs makes it: a first build
     for its mbarrier offsets, a second with them."""
-    types = dict(q_ptr="*bf16", kv_ptr="*fp8e4nv", kv_f32_ptr="*fp32", kv_bf16_ptr="*bf16", idx_ptr="*i32",
-                 out_ptr="*bf16", lse_ptr="*fp32", scale_log2="fp32", count_ptr="*i32", merged_ptr="*bf16",
-                 merged_lse_ptr="*fp32")
-    aligned = {"q_ptr", "stride_qn", "stride_qh", "kv_ptr", "kv_f32_ptr", "kv_bf16_ptr", "stride_kv", "idx_ptr",
-               "stride_idx", "out_ptr", "lse_ptr", "merged_ptr", "merged_lse_ptr"}
-    pair = dict(H=128, FP8=True, PARTIAL=False, MERGE=0, PAIR=True, READY_AT=0, FREE_PEER_AT=0)
-    probe, _, _ = build(sparse_mla_gluon._sparse_mla_kernel, types, pair, aligned, sparse_mla_gluon.NUM_WARPS)
+    pair = dict(MERGE=0, PAIR=True, READY_AT=0, FREE_PEER_AT=0)
+    probe, _, _ = _build_sparse_mla(True, False, pair)
     at = sparse_mla_gluon._barrier_offsets(probe.asm["ptx"])
-    k, warnings, spilled = build(sparse_mla_gluon._sparse_mla_kernel, types,
-                                 dict(pair, READY_AT=at[0], FREE_PEER_AT=at[1]), aligned, sparse_mla_gluon.NUM_WARPS)
+    k, warnings, spilled = _build_sparse_mla(True, False, dict(pair, READY_AT=at[0], FREE_PEER_AT=at[1]))
     ptx = k.asm["ptx"]
     return dict(kernel="sparse_mla_pair", shared=k.metadata.shared, offsets=at,
                 offsets_kept=sparse_mla_gluon._barrier_offsets(ptx) == at, setmaxnreg="setmaxnreg" in ptx,
