@@ -36,6 +36,10 @@ for stage in "$@"; do
       timeout 300 python3 benchmarks/bench_mla_pairs.py --json "$OUT/mla_pairs.json" 2>&1 | tail -12
       timeout 280 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_sparse_mla.py 2>&1 \
         | grep -v "^  " | tail -30 ;;
+    mla-balanced)
+      timeout 280 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_sparse_mla.py 2>&1 \
+        | grep -v "^  " | tail -30
+      timeout 300 python3 benchmarks/bench_mla_balanced.py --json "$OUT/mla_balanced.json" 2>&1 | tail -24 ;;
     mla-sweep)
       timeout 300 python3 benchmarks/sweep_sparse_mla.py --json "$OUT/sweep_sparse_mla.json" 2>&1 | tail -12 ;;
     topk)

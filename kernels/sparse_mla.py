@@ -26,6 +26,7 @@ from dsa_backend.cache.layout import KV_LORA_RANK, MLA_FP8_BYTES, ROPE_DIM
 
 from . import batch_invariant
 from .cache_store import _to_bf16
+from .device import num_sms
 from .host_math import cdiv, next_power_of_2
 from .triton_dot import INTERPRET, dot
 
@@ -128,24 +129,58 @@ def _sparse_mla_kernel(
 
 
 @triton.jit
-def _merge_splits_kernel(part_ptr, part_lse_ptr, out_ptr, lse_ptr, num_splits, H: tl.constexpr, SPLITS: tl.constexpr):
-    """Combine the splits of one (row, head) by their log-sum-exp: the whole [SPLITS, 512] row of
-    partials in one load, one trip to L2 a program."""
-    nh = tl.program_id(0)  # n * H + h
+def _merge_rows(part_ptr, part_lse_ptr, part, ok, out_ptr, lse_ptr, row):
+    """Combine the float32 partial rows `part` (where ok) of one (row, head) by their log-sum-exp
+    into output row `row`: the whole [pieces, 512] in one load, one trip to L2 a program."""
     cols = tl.arange(0, 512)
-    s = tl.arange(0, SPLITS)
-    ok = s < num_splits
-    part = (nh // H * num_splits + s).to(tl.int64) * H + nh % H
     lse = tl.load(part_lse_ptr + part, mask=ok, other=float("-inf"))
     top = tl.max(lse, axis=0)
-    top = tl.where(top == float("-inf"), 0.0, top)  # every split empty: weights 0, lse -inf
+    top = tl.where(top == float("-inf"), 0.0, top)  # every piece empty: weights 0, lse -inf
     w = tl.exp2(lse - top)
     total = tl.sum(w, axis=0)
-    vals = tl.load(part_ptr + part[:, None] * 512 + cols[None, :], mask=ok[:, None], other=0.0)
+    vals = tl.load(part_ptr + part.to(tl.int64)[:, None] * 512 + cols[None, :], mask=ok[:, None], other=0.0)
     has = total > 0
     inv = tl.where(has, 1.0 / tl.where(has, total, 1.0), 0.0)
-    tl.store(out_ptr + nh.to(tl.int64) * 512 + cols, _to_bf16(tl.sum(vals * w[:, None], axis=0) * inv))
-    tl.store(lse_ptr + nh, tl.where(has, (top + tl.log2(tl.where(has, total, 1.0))) * _LN2, float("-inf")))
+    tl.store(out_ptr + row.to(tl.int64) * 512 + cols, _to_bf16(tl.sum(vals * w[:, None], axis=0) * inv))
+    tl.store(lse_ptr + row, tl.where(has, (top + tl.log2(tl.where(has, total, 1.0))) * _LN2, float("-inf")))
+
+
+@triton.jit
+def _merge_splits_kernel(part_ptr, part_lse_ptr, out_ptr, lse_ptr, num_splits, H: tl.constexpr, SPLITS: tl.constexpr):
+    """Combine the splits of one (row, head), partials [N, num_splits, H, 512]."""
+    nh = tl.program_id(0)  # n * H + h
+    s = tl.arange(0, SPLITS)
+    _merge_rows(part_ptr, part_lse_ptr, (nh // H * num_splits + s) * H + nh % H, s < num_splits, out_ptr, lse_ptr, nh)
+
+
+@triton.jit
+def _merge_balanced_kernel(part_ptr, part_lse_ptr, out_ptr, lse_ptr, tiles_per_unit, total_tiles, H: tl.constexpr,
+                           PIECES: tl.constexpr):
+    """The merge of a balanced grid (kernels/sparse_mla_gluon._runs, same programs): program (c,
+    head) merges the unit that program c starts and does not finish, if any, from its pieces:
+    c's run of it (partial row (c, 0) if that is c's first run, else (c, 1)), then the first runs,
+    rows (c', 0), of the programs after c that the unit reaches. Units a program finished are out.
+    Unit u is row u % rows, head block u // rows (sparse_mla_gluon._unit)."""
+    c = tl.program_id(0)
+    head = tl.program_id(1)
+    programs = tl.num_programs(0)
+    first = c * total_tiles // programs
+    last = (c + 1) * total_tiles // programs
+    u = (last - 1) // tiles_per_unit  # the unit of c's last tile
+    unit_end = (u + 1) * tiles_per_unit
+    if (u * tiles_per_unit >= first) & (unit_end > last):
+        pieces = (unit_end * programs + total_tiles - 1) // total_tiles - c  # the programs it reaches
+        p = tl.arange(0, PIECES)
+        slot = tl.where(p == 0, (u * tiles_per_unit > first).to(tl.int32), 0)
+        rows = total_tiles // tiles_per_unit // (H // 64)
+        _merge_rows(part_ptr, part_lse_ptr, ((c + p) * 2 + slot) * 64 + head, p < pieces, out_ptr, lse_ptr,
+                    u % rows * H + u // rows * 64 + head)
+
+
+def balanced_pieces(units: int, tiles: int, programs: int) -> int:
+    """The most programs one unit of a balanced grid reaches: each holds at least
+    units * tiles // programs of its tiles."""
+    return cdiv(tiles - 1, units * tiles // programs) + 1
 
 
 def merge_warps(split: int) -> int:
@@ -178,6 +213,22 @@ def _split_time(units: int, tiles: int, split: int, num_sms: int) -> float:
     return waves * (cdiv(tiles, split) + _PROGRAM_TILES) * _TILE_US + merge
 
 
+# The balanced grid's (sparse_mla_gluon.launch_balanced, a program an SM), fitted the same way to
+# its FP8 calls at 33-128 rows of 128 heads (docs/PERFORMANCE.md, "A balanced grid for the batches
+# between waves"): a tile costs a little more than in a unit's own program, and a call about six
+# tiles more (each run's Q and partials, the merge). It is taken only where it models 5% faster:
+# the split model knows neither CTA pairs nor the clock a grid that leaves SMs idle runs at, and
+# without the margin the rule took it at 110 rows of 128 heads and lost 4%.
+_BALANCED_TILE_US = 3.5
+_BALANCED_CALL_TILES = 6.4
+_BALANCED_MARGIN = 0.95
+
+
+def _balanced_time(units: int, tiles: int, num_sms: int) -> float:
+    """Modelled microseconds of a balanced grid over `units` programs' worth of `tiles` tiles."""
+    return (units * tiles / num_sms + _BALANCED_CALL_TILES) * _BALANCED_TILE_US
+
+
 def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     """Tile shape and top-k split count for N query rows of `heads` heads.
 
@@ -192,11 +243,24 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     (INVARIANT_KEYS_PER_SPLIT), so that a row is merged the same way in any batch.
     """
     block_h = 64 if heads % 64 == 0 else 16
+    balanced = False
     if batch_invariant.enabled():  # a row's merge must not follow the batch: a split set by top-k alone
         split = max(1, topk // INVARIANT_KEYS_PER_SPLIT)
     else:
-        split = _fastest_split(n * (heads // block_h), max(1, topk // 64), num_sms)
-    return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, num_warps=8, num_stages=1)
+        units, tiles = n * (heads // block_h), max(1, topk // 64)
+        split = _fastest_split(units, tiles, num_sms)
+        balanced = _balanced_wins(units, tiles, split, num_sms)
+    return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, BALANCED=balanced, num_warps=8, num_stages=1)
+
+
+def _balanced_wins(units: int, tiles: int, split: int, num_sms: int) -> bool:
+    """Whether the balanced grid models faster than the split grid's `split`, where that takes more
+    than one wave and at most two waves of unsplit programs (the measured range): a wave of
+    programs, shorter or not, runs faster than a balanced grid's tiles (fewer SMs busy, a higher
+    clock at the power cap; CTA pairs at 128 heads)."""
+    if units > 2 * num_sms or cdiv(units * split, num_sms) < 2:
+        return False
+    return _balanced_time(units, tiles, num_sms) < _BALANCED_MARGIN * _split_time(units, tiles, split, num_sms)
 
 
 # Programs shorter than this many tiles fill at most half the SMs: a whole wave of one-tile
@@ -264,6 +328,7 @@ def sparse_mla(
         gluon = config is None and gluon_runs(q, kv_pool)
     cfg = dict(config or mla_config(n, heads, topk))
     split = cfg.pop("SPLIT")
+    balanced = cfg.pop("BALANCED", False) and gluon
     block_h, block_n = (sparse_mla_gluon.BLOCK_H, sparse_mla_gluon.BLOCK_N) if gluon else (cfg["BLOCK_H"], cfg["BLOCK_N"])
     if heads % block_h:
         raise ValueError(f"heads ({heads}) must be a multiple of BLOCK_H ({block_h})")
@@ -279,6 +344,11 @@ def sparse_mla(
     else:
         views = (kv_pool, kv_pool, kv_pool)
         stride_kv = kv_pool.stride(0)
+    if balanced:
+        def run():
+            _balanced(q, views, stride_kv, kv_pool.shape[0], indices, out, lse, sm_scale, fp8)
+            return out, lse
+        return with_fallback(_GLUON, run, lambda: sparse_mla(q, kv_pool, indices, sm_scale, gluon=False)) if chosen else run()
     keys_per_split = cdiv(cdiv(topk, split), block_n) * block_n
 
     def attend(q, indices, out, lse):  # these rows; split > 1 merges its partials into out, lse
@@ -324,3 +394,17 @@ def sparse_mla(
             rows = slice(first, first + step)
             attend(q[rows], indices[rows], out[rows], lse[rows])
     return out, lse
+
+
+def _balanced(q, views, stride_kv, num_slots, indices, out, lse, sm_scale, fp8):
+    """The Gluon kernel's balanced grid, a program an SM, then the merge of the units it split."""
+    units, tiles = q.shape[0] * q.shape[1] // sparse_mla_gluon.BLOCK_H, cdiv(indices.shape[1], sparse_mla_gluon.BLOCK_N)
+    programs = min(num_sms(q.device), units * tiles)
+    rows = programs * 2 * sparse_mla_gluon.BLOCK_H  # partial rows (program, first | last run, head)
+    part = torch.empty(rows, KV_LORA_RANK, device=q.device, dtype=torch.float32)
+    part_lse = torch.empty(rows, device=q.device, dtype=torch.float32)
+    sparse_mla_gluon.launch_balanced(q, views, stride_kv, num_slots, indices, indices.shape[1], part, part_lse, out, lse,
+                                     sm_scale * _LOG2E, fp8, programs)
+    pieces = balanced_pieces(units, tiles, programs)
+    _merge_balanced_kernel[(programs, sparse_mla_gluon.BLOCK_H)](
+        part, part_lse, out, lse, tiles, units * tiles, H=q.shape[1], PIECES=next_power_of_2(pieces), num_warps=merge_warps(pieces))

@@ -20,13 +20,15 @@ row over its top-k range, 64 keys per tile. Shared memory holds Q, two bf16 key 
   dequantization off the MMA warps made FP8 decode 6-23% faster (docs/PERFORMANCE.md).
 
 Synchronization is by mbarriers: `ready` / `free` per key buffer (gatherer -> scorer; both MMA
-warpgroups -> gatherer), `p_ready` / `p_free` for P, and `done` for the scorer's final 1 / l. Each
-partition passes its own barrier before one of its threads arrives. A bf16 output leaves through
-the key buffer no product reads any more, in 16-byte row stores (_store_columns).
+warpgroups -> gatherer), `p_ready` / `p_free` for P, `done` for the scorer's final 1 / l, and in a
+balanced grid `q_free` (the second warpgroup is done with a run's output, the scorer may load the
+next run's Q). Each partition passes its own barrier before one of its threads arrives. A bf16
+output leaves through shared memory no product reads any more, in 16-byte row stores
+(_store_columns, _stage).
 
 At 128 heads over an FP8 pool the dequantization bounds the kernel, and a row's two head blocks
-each dequantized every tile. Unsplit rows (batch 45 and up at top-k 2048) now run them as a CTA
-pair, one thread-block cluster (kernels/cta_pair.py): each copies and dequantizes half of every
+each dequantized every tile. Unsplit rows (batch 45-66 and 110 up at top-k 2048) now run them as a
+CTA pair, one thread-block cluster (kernels/cta_pair.py): each copies and dequantizes half of every
 tile's value columns and pushes them into the other's key buffer (_gather_fp8_pair), bit for bit
 the one-CTA kernel's output, 1.04-1.06x faster (H100, docs/PERFORMANCE.md, "CTA pairs").
 
@@ -38,6 +40,16 @@ stays in shared memory, over the key buffers (_keep_share), and only the others'
 L2. That halves the partials written and read at two splits and saves the merge launch (H100:
 1.05-1.09x the op at batch 16-32, docs/PERFORMANCE.md, "The splits merged where they meet").
 Otherwise sparse_mla's merge kernel merges them, one launch later.
+
+A grid of whole or split units leaves SMs idle in its last wave. A balanced grid (BALANCED,
+launch_balanced; mla_config's at batch 34-41, 67-96 and 100-109 of 128 heads) has one program an
+SM, each taking an equal share of all units' tiles (_runs), unit after unit, head block by head
+block (_unit), as runs of one unit each (_run). The warpgroups loop over the runs with their tile
+and mbarrier phase counts carried through; the gatherer walks the tiles without knowing where a
+run ends (_next_tile). A run over a whole unit writes bf16 output, bit for bit the unsplit grid's;
+a program's first and last runs, where they cover part of a unit, write float32 partials, which
+sparse_mla's balanced merge joins (1.03-1.35x the split grid at those batches on the H100,
+docs/PERFORMANCE.md, "A balanced grid for the batches between waves").
 """
 
 from __future__ import annotations
@@ -149,35 +161,97 @@ def _inverse_sum(l_i):
 
 
 @gluon.jit
-def _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, c0, stage, H: gl.constexpr, PARTIAL: gl.constexpr):
-    """Value columns c0 .. c0 + 255 of the output from acc [64, 256] (layout PV) times 1 / l
-    (float32 partials when the top-k range is split). bf16 outputs go through `stage`, a free
-    [64, 256] of a key buffer, and leave in 16-byte row-contiguous stores: straight from the MMA
-    layout they were 4-byte stores, ~8% of the kernel's time in a prefill profile."""
+def _store_columns(acc, inv, part_ptr, out_ptr, part_row, row, c0, stage, partial):
+    """Value columns c0 .. c0 + 255 of a run's output from acc [64, 256] (layout PV) times 1 / l: float32
+    partials in rows part_row .. part_row + 63 of part_ptr when the run covers only part of its top-k
+    range, else bf16 in rows row .. row + 63 (n * H + h0) of out_ptr. bf16 goes through `stage` (_stage)
+    and leaves in 16-byte row-contiguous stores: straight from the MMA layout they were 4-byte stores,
+    ~8% of the kernel's time in a prefill profile."""
     o = acc * gl.convert_layout(inv, gl.SliceLayout(1, PV), assert_trivial=True)[:, None]
-    if PARTIAL:
-        h = h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, PV))
-        col = c0 + gl.arange(0, 256, layout=gl.SliceLayout(0, PV))
-        gl.store(out_ptr + ((n * num_splits + split) * H + h).to(gl.int64)[:, None] * 512 + col[None, :], o)
+    if partial:
+        rows = part_row + gl.arange(0, 64, layout=gl.SliceLayout(1, PV))
+        cols = c0 + gl.arange(0, 256, layout=gl.SliceLayout(0, PV))
+        gl.store(part_ptr + rows.to(gl.int64)[:, None] * 512 + cols[None, :], o)
     else:
         stage.store(o.to(gl.bfloat16))
         barrier()  # (the storing warps' barrier) the whole [64, 256] is staged
-        h = h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, LATENT))
+        h = row + gl.arange(0, 64, layout=gl.SliceLayout(1, LATENT))
         col = c0 + gl.arange(0, 256, layout=gl.SliceLayout(0, LATENT))
-        gl.store(out_ptr + (n * H + h).to(gl.int64)[:, None] * 512 + col[None, :], stage.load(LATENT))
+        gl.store(out_ptr + h.to(gl.int64)[:, None] * 512 + col[None, :], stage.load(LATENT))
 
 
 @gluon.jit
-def _store_lse(m_i, l_i, lse_ptr, n, split, num_splits, h0, H: gl.constexpr, PARTIAL: gl.constexpr,
-               ROWS: gl.constexpr):
-    """Each head's log-sum-exp: base 2 for sparse_mla's merge kernel, natural log otherwise."""
+def _store_lse(m_i, l_i, part_lse_ptr, lse_ptr, part_row, row, partial, ROWS: gl.constexpr):
+    """Each head's log-sum-exp: base 2 beside the partials for a merge, natural log otherwise."""
     has = l_i > 0
     lse = gl.where(has, m_i + gl.log2(gl.where(has, l_i, 1.0)), float("-inf"))
-    h = h0 + gl.arange(0, 64, layout=ROWS)
-    if PARTIAL:
-        gl.store(lse_ptr + (n * num_splits + split) * H + h, lse)
+    h = gl.arange(0, 64, layout=ROWS)
+    if partial:
+        gl.store(part_lse_ptr + part_row + h, lse)
     else:
-        gl.store(lse_ptr + n * H + h, lse * 0.6931471805599453)
+        gl.store(lse_ptr + row + h, lse * 0.6931471805599453)
+
+
+@gluon.jit
+def _stage(q_lat, k_lat, n_tiles, c0: gl.constexpr, BALANCED: gl.constexpr):
+    """Where a run's bf16 columns c0 .. c0 + 255 wait for their 16-byte stores: in a balanced grid Q's
+    buffer (the run's QKs are done with it, and the gatherer may be filling both key buffers with
+    the next run's tiles; the scorer's next Q waits for q_free); else the key buffer that last held
+    tile n_tiles - 2, whose products are done."""
+    if BALANCED:
+        return q_lat.slice(c0, 256, dim=1)
+    else:
+        return k_lat.index(n_tiles % 2).slice(c0, 256, dim=1)
+
+
+# ---------------------------------------------------------------- a program's runs of tiles
+
+@gluon.jit
+def _split_unit(topk, keys_per_split, num_splits, H: gl.constexpr):
+    """A split grid's program: its row n, head block h0, split, top-k range lo .. end, and its partial
+    rows' first index (rows [N, num_splits, H] of the partials)."""
+    pid = gl.program_id(0)
+    h0 = (pid % (H // 64)) * 64
+    split = pid // (H // 64) % num_splits
+    n = pid // (H // 64) // num_splits
+    lo = split * keys_per_split
+    return n, h0, split, lo, gl.minimum(lo + keys_per_split, topk), (n * num_splits + split) * H + h0
+
+
+@gluon.jit
+def _runs(tiles_per_unit, total_tiles):
+    """A balanced grid's program: its share of all (row, head block) units' 64-key tiles, flattened
+    unit by unit (first .. last - 1, an equal share a program), and the runs it makes of them, a
+    run being its tiles of one unit."""
+    programs = gl.num_programs(0)
+    first = gl.program_id(0) * total_tiles // programs
+    last = (gl.program_id(0) + 1) * total_tiles // programs
+    return first, last, (last - 1) // tiles_per_unit - first // tiles_per_unit + 1
+
+
+@gluon.jit
+def _unit(u, tiles_per_unit, total_tiles, H: gl.constexpr):
+    """A balanced grid's unit u: its row n and head block h0. Units run head block by head block
+    (all rows' first 64 heads, then all rows' next), so that at an even program count program c
+    and program c + programs / 2 take the same row's tiles at the same time, for the two head
+    blocks of 128 heads, and the second reads the keys the first brought into L2."""
+    rows = total_tiles // tiles_per_unit // (H // 64)
+    return u % rows, u // rows * 64
+
+
+@gluon.jit
+def _run(g, last, r, topk, tiles_per_unit, total_tiles, H: gl.constexpr):
+    """A balanced program's run r, from tile g: its row n, head block h0, top-k range lo .. end,
+    whether that is only part of the unit's range (its output then float32 partials), its partial
+    rows and where the next run starts. Only a program's first and last runs can be partial: they
+    write partial rows (program, 0) and (program, 1)."""
+    u = g // tiles_per_unit
+    t0 = g - u * tiles_per_unit
+    t1 = gl.minimum(last - u * tiles_per_unit, tiles_per_unit)
+    n, h0 = _unit(u, tiles_per_unit, total_tiles, H)
+    part_row = (gl.program_id(0) * 2 + gl.minimum(r, 1)) * 64
+    return (n, h0, t0 * 64, gl.minimum(t1 * 64, topk), (t0 > 0) | (t1 < tiles_per_unit), part_row,
+            u * tiles_per_unit + t1)
 
 
 # ---------------------------------------------------------------- the splits' merge
@@ -297,16 +371,53 @@ def _fetch_fp8_tile(buf, entries, k_rope, raw2, scales, kv_ptr, kv_f32_ptr, kv_b
 
 
 @gluon.jit
-def _gather(k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots, idx_row, lo, end):
-    """The gatherer: tile t copied by cp.async into buffer t % 2 once both MMA warpgroups are done
-    with tile t - 2, from entries loaded a tile earlier; and which of its rows are valid, into
-    valid[t % 2], so that the scorer's mask costs no global load."""
-    lat_idx = _entries(idx_row, lo, end, LATENT)
-    rope_idx = _entries(idx_row, lo, end, ROPE_ROWS)
-    for t in range(_num_tiles(lo, end)):
+def _program_tiles(idx_ptr, stride_idx, topk, keys_per_split, num_splits, tiles_per_unit, total_tiles,
+                   H: gl.constexpr, BALANCED: gl.constexpr):
+    """What a gatherer walks (_next_tile): the row and first entry of the program's first tile, how
+    many tiles it has, the end of their entries, and for a balanced grid the entry at which a unit
+    ends (the walk then goes on at the next row's entry 0) and the rows a head block has."""
+    if BALANCED:
+        first, last, runs = _runs(tiles_per_unit, total_tiles)
+        u = first // tiles_per_unit
+        n, h0 = _unit(u, tiles_per_unit, total_tiles, H)
+        return (n, (first - u * tiles_per_unit) * 64, last - first, topk, tiles_per_unit * 64,
+                total_tiles // tiles_per_unit // (H // 64))
+    else:
+        n, h0, split, lo, end, part_row = _split_unit(topk, keys_per_split, num_splits, H)
+        return n, lo, _num_tiles(lo, end), end, end, 1
+
+
+@gluon.jit
+def _next_tile(n, j0, t, n_tiles, end, unit_end, rows, BALANCED: gl.constexpr):
+    """The tile after tile t, row n's entries j0 .. j0 + 63, and the end of its entries (none past the
+    program's last tile): the row's next 64 entries, or in a balanced grid at the end of a unit the
+    next row's first (rows of one head block in turn, _unit). No division a tile: the FP8 gatherer's
+    loop is the kernel's busiest."""
+    if BALANCED:
+        j0 = j0 + 64
+        wrap = j0 >= unit_end
+        return (gl.where(wrap, gl.where(n + 1 == rows, 0, n + 1), n), gl.where(wrap, 0, j0),
+                gl.where(t + 1 < n_tiles, end, 0))
+    else:
+        return n, j0 + 64, end
+
+
+@gluon.jit
+def _gather(k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots, idx_ptr, stride_idx, topk,
+            keys_per_split, num_splits, tiles_per_unit, total_tiles, H: gl.constexpr, BALANCED: gl.constexpr):
+    """The gatherer: the program's tile t (counting through its runs) copied by cp.async into buffer
+    t % 2 once both MMA warpgroups are done with tile t - 2, from entries loaded a tile earlier;
+    and which of its rows are valid, into valid[t % 2], so that the scorer's mask costs no global
+    load."""
+    n, j0, n_tiles, end, unit_end, rows = _program_tiles(idx_ptr, stride_idx, topk, keys_per_split, num_splits,
+                                                         tiles_per_unit, total_tiles, H, BALANCED)
+    lat_idx = _entries(idx_ptr + n.to(gl.int64) * stride_idx, j0, end, LATENT)
+    rope_idx = _entries(idx_ptr + n.to(gl.int64) * stride_idx, j0, end, ROPE_ROWS)
+    for t in range(n_tiles):
         b = t % 2
-        lat_next = _entries(idx_row, lo + (t + 1) * 64, end, LATENT)
-        rope_next = _entries(idx_row, lo + (t + 1) * 64, end, ROPE_ROWS)
+        n, j0, j_end = _next_tile(n, j0, t, n_tiles, end, unit_end, rows, BALANCED)
+        lat_next = _entries(idx_ptr + n.to(gl.int64) * stride_idx, j0, j_end, LATENT)
+        rope_next = _entries(idx_ptr + n.to(gl.int64) * stride_idx, j0, j_end, ROPE_ROWS)
         if t >= 2:
             mbarrier.wait(free.index(b), (t // 2 - 1) & 1)
         _copy_rows(k_lat.index(b), kv_ptr, lat_idx, num_slots, stride_kv, 0, LATENT)
@@ -323,18 +434,22 @@ def _gather(k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots, idx
 
 @gluon.jit
 def _gather_fp8(k_lat, k_rope, raw2, raw3, scales, valid, ready, free, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv,
-                num_slots, idx_row, lo, end):
+                num_slots, idx_ptr, stride_idx, topk, keys_per_split, num_splits, tiles_per_unit, total_tiles,
+                H: gl.constexpr, BALANCED: gl.constexpr):
     """The FP8 gatherer: as _gather, but tile t lands raw in the upper half of buffer t % 2 (its
     scales beside) and is rewritten there as bf16 before the scorer hears of it."""
     tiles = (k_rope, raw2, scales, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots)
-    entries = _tile_entries(idx_row, lo, end)
-    for t in range(_num_tiles(lo, end)):
+    n, j0, n_tiles, end, unit_end, rows = _program_tiles(idx_ptr, stride_idx, topk, keys_per_split, num_splits,
+                                                         tiles_per_unit, total_tiles, H, BALANCED)
+    entries = _tile_entries(idx_ptr + n.to(gl.int64) * stride_idx, j0, end)
+    for t in range(n_tiles):
         b = t % 2
         if t >= 2:
             mbarrier.wait(free.index(b), (t // 2 - 1) & 1)
         _fetch_fp8_tile(b, entries, *tiles)
         valid.index(b).store(_valid(entries[2], num_slots).to(gl.int8))
-        entries = _tile_entries(idx_row, lo + (t + 1) * 64, end)
+        n, j0, j_end = _next_tile(n, j0, t, n_tiles, end, unit_end, rows, BALANCED)
+        entries = _tile_entries(idx_ptr + n.to(gl.int64) * stride_idx, j0, j_end)
         async_copy.wait_group(0)
         barrier()  # (this warpgroup's barrier) every thread's copies have landed
         _dequantize(k_lat.index(b), raw3.index(2 * b + 1), scales)
@@ -417,14 +532,14 @@ def _gather_fp8_pair(k_lat, k_rope, raw_half, scales, valid, ready, free, free_p
 
 
 @gluon.jit
-def _scorer(q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free, p_ready,
-            p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0, o_smem,
-            H: gl.constexpr, PARTIAL: gl.constexpr, MERGE: gl.constexpr, PAIR: gl.constexpr):
-    """Warpgroup 0: Q into shared memory while the gatherer fetches the first tile, then QK of each
-    whole tile, the online softmax, and value columns 0..255."""
-    if PAIR:
-        cta_pair.cluster_sync()  # the peer's mbarriers are initialized (every partition meets it)
-    q_row = q_base + (h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, ROPE_ROWS)))[:, None] * stride_qh
+def _score_run(q_ptr, stride_qn, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free,
+               p_ready, p_free, done, valid, n, h0, split, lo, end, k, partial, part_row, scale_log2, out_ptr, lse_ptr,
+               merged_ptr, merged_lse_ptr, o_smem, H: gl.constexpr, MERGE: gl.constexpr, PAIR: gl.constexpr,
+               BALANCED: gl.constexpr):
+    """The scorer's run over top-k entries lo .. end of row n, heads h0 .. h0 + 63, the program's
+    tiles k onwards: Q into shared memory, QK of each whole tile, the online softmax, P for the
+    second warpgroup, and value columns 0..255."""
+    q_row = q_ptr + n.to(gl.int64) * stride_qn + (h0 + gl.arange(0, 64, layout=gl.SliceLayout(1, ROPE_ROWS)))[:, None] * stride_qh
     col = gl.arange(0, 64, layout=gl.SliceLayout(0, ROPE_ROWS))[None, :]
     for c in gl.static_range(0, 512, 64):  # 64 columns at a time: 16 registers a thread
         q_lat.slice(c, 64, dim=1).store(gl.load(q_row + c + col))
@@ -436,7 +551,7 @@ def _scorer(q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem,
     acc = gl.zeros([64, 256], gl.float32, PV)
     s_zero = gl.zeros([64, 64], gl.float32, QK)
     n_tiles = _num_tiles(lo, end)
-    for t in range(n_tiles):
+    for t in range(k, k + n_tiles):
         b = t % 2
         mbarrier.wait(ready.index(b), (t // 2) & 1)
         s = _qk(q_lat, q_rope, k_lat.index(b), k_rope.index(b), s_zero)
@@ -464,22 +579,48 @@ def _scorer(q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem,
     if MERGE:
         _keep_share(acc, inv, o_smem, free, n_tiles, out_ptr, n, split, h0, 0, H, MERGE)
     else:
-        # key buffer n_tiles % 2 last held tile n_tiles - 2, whose products are done (p_free above)
-        stage = k_lat.index(n_tiles % 2).slice(0, 256, dim=1)
-        _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, 0, stage, H, PARTIAL)
-    _store_lse(m_i, l_i, lse_ptr, n, split, num_splits, h0, H, PARTIAL, gl.SliceLayout(1, QK))
+        _store_columns(acc, inv, out_ptr, merged_ptr, part_row, n * H + h0, 0, _stage(q_lat, k_lat, n_tiles, 0, BALANCED),
+                       partial)
+    _store_lse(m_i, l_i, lse_ptr, merged_lse_ptr, part_row, n * H + h0, partial, gl.SliceLayout(1, QK))
 
 
 @gluon.jit
-def _second_half(k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr,
-                 n, split, num_splits, h0, o_smem, H: gl.constexpr, PARTIAL: gl.constexpr, MERGE: gl.constexpr,
-                 PAIR: gl.constexpr):
-    """Warpgroup 1: value columns 256..511 from the scorer's P, rescaled by its factors."""
+def _scorer(q_ptr, stride_qn, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free,
+            p_ready, p_free, done, q_free, valid, topk, keys_per_split, num_splits, tiles_per_unit, total_tiles,
+            scale_log2, out_ptr, lse_ptr, merged_ptr, merged_lse_ptr, o_smem, H: gl.constexpr, PARTIAL: gl.constexpr,
+            MERGE: gl.constexpr, PAIR: gl.constexpr, BALANCED: gl.constexpr):
+    """Warpgroup 0: the program's runs (_score_run), the first one's Q loaded while the gatherer
+    fetches the first tile. A balanced program's later runs wait until the second warpgroup is done
+    with the last run's 1 / l and with Q's buffer, where both stage a bf16 output."""
     if PAIR:
-        cta_pair.cluster_sync()
+        cta_pair.cluster_sync()  # the peer's mbarriers are initialized (every partition meets it)
+    run = (q_ptr, stride_qn, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free, p_ready,
+           p_free, done, valid)
+    out = (scale_log2, out_ptr, lse_ptr, merged_ptr, merged_lse_ptr, o_smem)  # (a tuple's constexprs would not stay so)
+    if BALANCED:
+        first, last, runs = _runs(tiles_per_unit, total_tiles)
+        g = first
+        for r in range(runs):
+            n, h0, lo, end, partial, part_row, g_next = _run(g, last, r, topk, tiles_per_unit, total_tiles, H)
+            if r > 0:
+                mbarrier.wait(q_free, (r - 1) & 1)
+                barrier()  # (this warpgroup's barrier) its own warps are done with the staged output too
+            _score_run(*run, n, h0, 0, lo, end, g - first, partial, part_row, *out, H, MERGE, PAIR, BALANCED)
+            g = g_next
+    else:
+        n, h0, split, lo, end, part_row = _split_unit(topk, keys_per_split, num_splits, H)
+        _score_run(*run, n, h0, split, lo, end, 0, PARTIAL, part_row, *out, H, MERGE, PAIR, BALANCED)
+
+
+@gluon.jit
+def _second_run(q_lat, k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, n, h0, split, lo, end, k, r,
+                partial, part_row, out_ptr, merged_ptr, o_smem, H: gl.constexpr, MERGE: gl.constexpr,
+                PAIR: gl.constexpr, BALANCED: gl.constexpr):
+    """The second warpgroup's run r (as _score_run's): value columns 256..511 from the scorer's P,
+    rescaled by its factors."""
     acc = gl.zeros([64, 256], gl.float32, PV)
     n_tiles = _num_tiles(lo, end)
-    for t in range(n_tiles):
+    for t in range(k, k + n_tiles):
         mbarrier.wait(p_ready, t & 1)
         acc = acc * alpha_smem.load(gl.SliceLayout(1, PV))[:, None]
         acc = warpgroup_mma(p_smem, k_lat.index(t % 2).slice(256, 256, dim=1), acc, is_async=True)
@@ -489,13 +630,37 @@ def _second_half(k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, don
         mbarrier.arrive(free.index(t % 2))
     if PAIR:
         cta_pair.cluster_sync()
-    mbarrier.wait(done, 0)
+    mbarrier.wait(done, r & 1)
     inv = inv_smem.load(gl.SliceLayout(1, PV))
     if MERGE:
         _keep_share(acc, inv, o_smem, free, n_tiles, out_ptr, n, split, h0, 256, H, MERGE)
     else:
-        stage = k_lat.index(n_tiles % 2).slice(256, 256, dim=1)  # as the scorer's
-        _store_columns(acc, inv, out_ptr, n, split, num_splits, h0, 256, stage, H, PARTIAL)
+        _store_columns(acc, inv, out_ptr, merged_ptr, part_row, n * H + h0, 256,
+                       _stage(q_lat, k_lat, n_tiles, 256, BALANCED), partial)
+
+
+@gluon.jit
+def _second_half(q_lat, k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, q_free, topk,
+                 keys_per_split, num_splits, tiles_per_unit, total_tiles, out_ptr, merged_ptr, o_smem,
+                 H: gl.constexpr, PARTIAL: gl.constexpr, MERGE: gl.constexpr, PAIR: gl.constexpr,
+                 BALANCED: gl.constexpr):
+    """Warpgroup 1: value columns 256..511 of the program's runs (_second_run)."""
+    if PAIR:
+        cta_pair.cluster_sync()
+    run = (q_lat, k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done)
+    out = (out_ptr, merged_ptr, o_smem)
+    if BALANCED:
+        first, last, runs = _runs(tiles_per_unit, total_tiles)
+        g = first
+        for r in range(runs):
+            n, h0, lo, end, partial, part_row, g_next = _run(g, last, r, topk, tiles_per_unit, total_tiles, H)
+            _second_run(*run, n, h0, 0, lo, end, g - first, r, partial, part_row, *out, H, MERGE, PAIR, BALANCED)
+            g = g_next
+            barrier()  # (this warpgroup's barrier) every warp has read 1 / l and its staged output
+            mbarrier.arrive(q_free)
+    else:
+        n, h0, split, lo, end, part_row = _split_unit(topk, keys_per_split, num_splits, H)
+        _second_run(*run, n, h0, split, lo, end, 0, 0, PARTIAL, part_row, *out, H, MERGE, PAIR, BALANCED)
 
 
 # ---------------------------------------------------------------- the kernel
@@ -504,22 +669,15 @@ def _second_half(k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, don
 def _sparse_mla_kernel(
     q_ptr, stride_qn, stride_qh, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots,
     idx_ptr, stride_idx, topk, out_ptr, lse_ptr, scale_log2, keys_per_split, num_splits,
-    count_ptr, merged_ptr, merged_lse_ptr,
+    count_ptr, merged_ptr, merged_lse_ptr, tiles_per_unit, total_tiles,
     H: gl.constexpr, FP8: gl.constexpr, PARTIAL: gl.constexpr, MERGE: gl.constexpr, num_warps: gl.constexpr,
     PAIR: gl.constexpr = False, READY_AT: gl.constexpr = 0, FREE_PEER_AT: gl.constexpr = 0,
+    BALANCED: gl.constexpr = False,
 ):
     LAT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 512], gl.bfloat16)
     ROPE: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16)
     PLAIN: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    pid = gl.program_id(0)
-    h0 = (pid % (H // 64)) * 64
-    split = pid // (H // 64) % num_splits
-    n = pid // (H // 64) // num_splits
-    lo = split * keys_per_split
-    end = gl.minimum(lo + keys_per_split, topk)
-    idx_row = idx_ptr + n.to(gl.int64) * stride_idx
-
-    q_base = q_ptr + n.to(gl.int64) * stride_qn  # the scorer loads its heads' Q (_scorer)
+    gl.static_assert(not BALANCED or (MERGE == 0 and not PAIR), "a balanced grid merges in sparse_mla, one CTA a unit")
     q_lat = gl.allocate_shared_memory(gl.bfloat16, [64, 512], LAT)
     q_rope = gl.allocate_shared_memory(gl.bfloat16, [64, 64], ROPE)
     k_lat = gl.allocate_shared_memory(gl.bfloat16, [2, 64, 512], LAT)
@@ -535,12 +693,14 @@ def _sparse_mla_kernel(
     p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(free.index(i), count=2)  # both MMA warpgroups give a buffer back
     mbarrier.init(p_ready, count=1)
     mbarrier.init(p_free, count=1)
     mbarrier.init(done, count=1)
+    mbarrier.init(q_free, count=1)  # the second warpgroup is done with a run's output: Q's buffer is free
     if PAIR:  # FP8 pairs (_gather_fp8_pair): per key buffer, the peer's word that its buffer is free
         gl.static_assert(FP8 and MERGE == 0 and H % 128 == 0, "pairs are for FP8 pools, 128-head blocks, no meeting")
         free_peer = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -565,36 +725,46 @@ def _sparse_mla_kernel(
             # a pair's raw halves: a key buffer's bytes as four [64, 256] pieces, half r's raw bytes
             # in piece 2 r, the first of the two its bf16 columns fill
             raw_half = reinterpret(k_lat, gl.float8e4nv, [8, 64, 256], PLAIN)
+            n, h0, split, lo, end, part_row = _split_unit(topk, keys_per_split, num_splits, H)
             gl.warp_specialize([
-                (_scorer, (q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free,
-                           p_ready, p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits,
-                           h0, o_smem, H, PARTIAL, MERGE, PAIR)),
-                (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr,
-                                n, split, num_splits, h0, o_smem, H, PARTIAL, MERGE, PAIR)),
+                (_scorer, (q_ptr, stride_qn, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem,
+                           ready, free, p_ready, p_free, done, q_free, valid, topk, keys_per_split, num_splits,
+                           tiles_per_unit, total_tiles, scale_log2, out_ptr, lse_ptr, merged_ptr, merged_lse_ptr,
+                           o_smem, H, PARTIAL, MERGE, PAIR, BALANCED)),
+                (_second_half, (q_lat, k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, q_free, topk,
+                                keys_per_split, num_splits, tiles_per_unit, total_tiles, out_ptr, merged_ptr, o_smem,
+                                H, PARTIAL, MERGE, PAIR, BALANCED)),
                 (_gather_fp8_pair, (k_lat, k_rope, raw_half, scales, valid, ready, free, free_peer, kv_ptr,
-                                    kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots, idx_row, lo, end, READY_AT,
-                                    FREE_PEER_AT)),
+                                    kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots,
+                                    idx_ptr + n.to(gl.int64) * stride_idx, lo, end, READY_AT, FREE_PEER_AT)),
             ], [4, 4], [SECOND_REGS, GATHER_REGS])
         else:
             gl.warp_specialize([
-                (_scorer, (q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free,
-                           p_ready, p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits,
-                           h0, o_smem, H, PARTIAL, MERGE, PAIR)),
-                (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr,
-                                n, split, num_splits, h0, o_smem, H, PARTIAL, MERGE, PAIR)),
+                (_scorer, (q_ptr, stride_qn, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem,
+                           ready, free, p_ready, p_free, done, q_free, valid, topk, keys_per_split, num_splits,
+                           tiles_per_unit, total_tiles, scale_log2, out_ptr, lse_ptr, merged_ptr, merged_lse_ptr,
+                           o_smem, H, PARTIAL, MERGE, PAIR, BALANCED)),
+                (_second_half, (q_lat, k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, q_free, topk,
+                                keys_per_split, num_splits, tiles_per_unit, total_tiles, out_ptr, merged_ptr, o_smem,
+                                H, PARTIAL, MERGE, PAIR, BALANCED)),
                 (_gather_fp8, (k_lat, k_rope, raw2, raw3, scales, valid, ready, free, kv_ptr, kv_f32_ptr, kv_bf16_ptr,
-                               stride_kv, num_slots, idx_row, lo, end)),
+                               stride_kv, num_slots, idx_ptr, stride_idx, topk, keys_per_split, num_splits,
+                               tiles_per_unit, total_tiles, H, BALANCED)),
             ], [4, 4], [SECOND_REGS, GATHER_REGS])
     else:
         gl.warp_specialize([
-            (_scorer, (q_base, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem, ready, free,
-                       p_ready, p_free, done, valid, lo, end, scale_log2, out_ptr, lse_ptr, n, split, num_splits, h0,
-                       o_smem, H, PARTIAL, MERGE, PAIR)),
-            (_second_half, (k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, lo, end, out_ptr, n,
-                            split, num_splits, h0, o_smem, H, PARTIAL, MERGE, PAIR)),
-            (_gather, (k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots, idx_row, lo, end)),
+            (_scorer, (q_ptr, stride_qn, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem,
+                       ready, free, p_ready, p_free, done, q_free, valid, topk, keys_per_split, num_splits,
+                       tiles_per_unit, total_tiles, scale_log2, out_ptr, lse_ptr, merged_ptr, merged_lse_ptr,
+                       o_smem, H, PARTIAL, MERGE, PAIR, BALANCED)),
+            (_second_half, (q_lat, k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done, q_free, topk,
+                            keys_per_split, num_splits, tiles_per_unit, total_tiles, out_ptr, merged_ptr, o_smem,
+                            H, PARTIAL, MERGE, PAIR, BALANCED)),
+            (_gather, (k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots, idx_ptr, stride_idx, topk,
+                       keys_per_split, num_splits, tiles_per_unit, total_tiles, H, BALANCED)),
         ], [4, 4], [SECOND_REGS, GATHER_REGS])
     if MERGE:  # the partitions have joined: all of this split's partials are out
+        n, h0, split, lo, end, part_row = _split_unit(topk, keys_per_split, num_splits, H)
         counter = count_ptr + n * (H // 64) + h0 // 64
         _wait_for_the_group(counter, _arrive(counter, MERGE))
         _merge_share(o_smem, out_ptr, lse_ptr, merged_ptr, merged_lse_ptr, n, split, h0, H, MERGE)
@@ -618,12 +788,12 @@ _pair_barriers: dict = {}  # per build's constexprs, (READY_AT, FREE_PEER_AT)
 
 def _barrier_offsets(ptx: str) -> tuple[int, int]:
     """READY_AT and FREE_PEER_AT from a pair build's PTX: its mbarriers in the kernel's init order
-    (ready 0, free 0, ready 1, free 1, p_ready, p_free, done, free_peer 0, free_peer 1), each pair of
-    buffers' 8 bytes apart, as the gatherer addresses them."""
+    (ready 0, free 0, ready 1, free 1, p_ready, p_free, done, q_free, free_peer 0, free_peer 1), each
+    pair of buffers' 8 bytes apart, as the gatherer addresses them."""
     at = cta_pair.mbarrier_offsets(ptx)
-    if len(at) != 9 or at[2] != at[0] + 8 or at[8] != at[7] + 8:
+    if len(at) != 10 or at[2] != at[0] + 8 or at[9] != at[8] + 8:
         raise cta_pair.Unavailable(f"unexpected mbarrier offsets {at}")
-    return at[0], at[7]
+    return at[0], at[8]
 
 
 def _launch_pairs(grid: int, args: list, constexprs: dict) -> None:
@@ -659,16 +829,16 @@ def launch(q, views, stride_kv, num_slots, indices, topk, part, part_lse, out, l
     counters = grid_barrier.counters(q.device, n * heads // BLOCK_H, _KERNEL, "the merge kernel") if merge else None
     if counters is not None:
         try:
-            run(counters, out, lse, MERGE=split, launch_cooperative_grid=True)
+            run(counters, out, lse, 0, 0, MERGE=split, launch_cooperative_grid=True)
             return True
         except RuntimeError as exc:
             if not grid_barrier.is_refusal(exc):
                 raise
             grid_barrier.refuse(_KERNEL, q.device, grid)
-    placeholders = [part, part, part_lse]  # no meeting
+    placeholders = [part, part, part_lse, 0, 0]  # no meeting, no balanced grid
     if PAIRS and fp8 and heads % 128 == 0 and keys_per_split >= PAIR_MIN_TILES * BLOCK_N:
         try:
-            _launch_pairs(grid, args + placeholders, dict(constexprs, MERGE=0))
+            _launch_pairs(grid, args + placeholders, dict(constexprs, MERGE=0, BALANCED=False))
             return False
         except cta_pair.Unavailable as exc:
             PAIRS = False
@@ -676,3 +846,17 @@ def launch(q, views, stride_kv, num_slots, indices, topk, part, part_lse, out, l
                         heads, triton.__version__, exc)
     run(*placeholders, MERGE=0)
     return False
+
+
+def launch_balanced(q, views, stride_kv, num_slots, indices, topk, part, part_lse, out, lse, scale_log2, fp8,
+                    programs: int) -> None:
+    """A balanced grid of `programs` programs (_runs), each an equal share of the tiles of all
+    N * H / 64 (row, head block) units: a unit a program finishes goes to `out` / `lse` in bf16, a
+    run over part of a unit to the float32 rows (program, 0 | 1) of `part` [programs * 2 * 64, 512]
+    / `part_lse` [programs * 2 * 64], for sparse_mla's balanced merge."""
+    n, heads, _ = q.shape
+    tiles = triton.cdiv(topk, BLOCK_N)
+    _sparse_mla_kernel[(programs,)](
+        q, q.stride(0), q.stride(1), *views, stride_kv, num_slots, indices, indices.stride(0), topk, part, part_lse,
+        scale_log2, 0, 1, part, out, lse, tiles, n * heads // BLOCK_H * tiles,
+        H=heads, FP8=fp8, PARTIAL=True, MERGE=0, BALANCED=True, num_warps=NUM_WARPS)

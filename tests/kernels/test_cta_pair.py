@@ -32,9 +32,9 @@ def _inits(offsets):
 
 
 def test_the_pair_kernel_takes_ready_and_free_peer_from_the_init_order():
-    # ready 0, free 0, ready 1, free 1, p_ready, p_free, done, free_peer 0, free_peer 1
-    at = [100, 116, 108, 124, 132, 140, 148, 156, 164]
-    assert sparse_mla_gluon._barrier_offsets(_inits(at)) == (100, 156)
-    for wrong in (at[:8], [100, 116, 112] + at[3:], at[:8] + [172]):  # one missing; buffers not 8 bytes apart
+    # ready 0, free 0, ready 1, free 1, p_ready, p_free, done, q_free, free_peer 0, free_peer 1
+    at = [100, 116, 108, 124, 132, 140, 148, 156, 164, 172]
+    assert sparse_mla_gluon._barrier_offsets(_inits(at)) == (100, 164)
+    for wrong in (at[:9], [100, 116, 112] + at[3:], at[:9] + [180]):  # one missing; buffers not 8 bytes apart
         with pytest.raises(cta_pair.Unavailable, match="unexpected mbarrier offsets"):
             sparse_mla_gluon._barrier_offsets(_inits(wrong))

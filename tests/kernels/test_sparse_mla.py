@@ -6,6 +6,7 @@ bound than over a bf16 pool.
 """
 
 import logging
+import math
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ import triton
 from triton.compiler.errors import CompilationError
 
 from dsa_kernels import batch_invariant, cache_store, dispatch, gluon_compat, grid_barrier, reference, sparse_mla
+from dsa_kernels.device import num_sms
 
 
 SLOTS, HEADS, TOPK, SCALE = 90, 32, 40, 576**-0.5
@@ -91,6 +93,19 @@ def test_grids_a_wave_would_leave_half_idle_split_past_one_wave():
     assert sparse_mla.mla_config(40, 64, 2048, num_sms=132)["SPLIT"] == 3
 
 
+def test_grids_whose_split_takes_a_second_wave_run_balanced():
+    # 128 heads on 132 SMs: 34-41 rows (3 splits, two waves), 67-96 and 100-109 (past one wave) take
+    # an equal share of every row's tiles a program; 97-99 split in two (three waves), within the
+    # model's 5% margin of it. One wave (33, 48, 66 rows), two nearly full ones (110-128), a grid past
+    # two waves (140) or batch-invariant mode keep the split grid
+    balanced = [b for b in range(1, 141) if sparse_mla.mla_config(b, 128, 2048, num_sms=132)["BALANCED"]]
+    assert balanced == [*range(34, 42), *range(67, 97), *range(100, 110)]
+    assert not sparse_mla.mla_config(128, 64, 2048, num_sms=132)["BALANCED"]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(batch_invariant, "_ENABLED", True)
+        assert not any(sparse_mla.mla_config(b, 128, 2048, num_sms=132)["BALANCED"] for b in (34, 70, 100))
+
+
 def test_one_tile_programs_fill_half_the_sms_at_most():
     # 64 heads: 32 programs of one tile at batch 1 and 64 at batch 2; at batch 3-4 a whole wave of
     # one-tile programs would cost more in partials than the tiles it shortens: 16 splits of two
@@ -127,6 +142,59 @@ def test_merge_programs_hold_at_most_128_values_a_thread():
         warps = sparse_mla.merge_warps(split)
         assert 2 <= warps <= 8 and triton.next_power_of_2(split) * 512 <= 128 * 32 * warps
     assert sparse_mla.merge_warps(4) == 2 and sparse_mla.merge_warps(32) == 4
+
+
+def _balanced_runs(units, tiles, programs):
+    """kernels/sparse_mla_gluon._runs / _run in Python: each program's runs (unit, first tile, end)."""
+    total = units * tiles
+    for c in range(programs):
+        g, last, runs = c * total // programs, (c + 1) * total // programs, []
+        while g < last:
+            u = g // tiles
+            end = min(last - u * tiles, tiles)
+            runs.append((u, g - u * tiles, end))
+            g = u * tiles + end
+        yield c, runs
+
+
+# (units x tiles over programs: the units split) 3 x 4 over 5: every unit; 4 x 3 over 12, a tile a
+# program: every unit, in three pieces; 4 x 2 over 3: unit 2 alone; 1 x 1 over 1: none
+@pytest.mark.parametrize("heads,batch,topk,programs,split", [(64, 3, 200, 5, {0, 1, 2}), (128, 2, 130, 12, {0, 1, 2, 3}),
+                                                             (64, 4, 128, 3, {2}), (64, 1, 64, 1, set())],
+                         ids=["runs-cross-units", "a-unit-over-many-programs", "whole-and-split", "one-whole-unit"])
+def test_the_balanced_merge_joins_each_split_unit_from_its_programs_partial_rows(heads, batch, topk, programs, split):
+    """Partial rows laid out as the balanced grid writes them (a program's first run in row (c, 0),
+    its last in (c, 1), a unit it finishes straight to the output), from the reference's attention
+    over each run's top-k range: the merge kernel fills exactly the split units, as the whole range would."""
+    q = (torch.randn(batch, heads, 576) * 2).to(torch.bfloat16)
+    pool, idx = _pool(True), torch.randint(0, SLOTS, (batch, topk)).int()
+    idx[0, 5:] = -1  # a short row: some runs see nothing
+    want, want_lse = reference.sparse_mla_ref(q, pool, idx, SCALE)
+    want, want_lse = want.to(torch.bfloat16).view(-1, 512), want_lse.view(-1)
+    units, tiles = batch * heads // 64, triton.cdiv(topk, 64)
+    part = torch.full((programs * 2 * 64, 512), float("nan"))
+    part_lse = torch.full((programs * 2 * 64,), float("nan"))
+    out, lse = torch.full_like(want, float("nan")), torch.full_like(want_lse, float("nan"))
+    split_units = set()
+    for c, runs in _balanced_runs(units, tiles, programs):
+        for r, (u, t0, t1) in enumerate(runs):
+            n, h0 = u % batch, u // batch * 64  # head block by head block (sparse_mla_gluon._unit)
+            heads_of_u = slice(h0, h0 + 64)
+            o, o_lse = reference.sparse_mla_ref(q[n:n + 1, heads_of_u], pool, idx[n:n + 1, t0 * 64:t1 * 64], SCALE)
+            if t0 == 0 and t1 == tiles:  # written by the kernel itself
+                rows = slice(n * heads + h0, n * heads + h0 + 64)
+                out[rows], lse[rows] = o[0].to(torch.bfloat16), o_lse[0]
+            else:
+                split_units.add(u)
+                rows = slice((c * 2 + min(r, 1)) * 64, (c * 2 + min(r, 1)) * 64 + 64)
+                part[rows], part_lse[rows] = o[0], o_lse[0] / math.log(2)
+    pieces = sparse_mla.balanced_pieces(units, tiles, programs)
+    sparse_mla._merge_balanced_kernel[(programs, 64)](part, part_lse, out, lse, tiles, units * tiles, H=heads,
+                                                      PIECES=triton.next_power_of_2(pieces))
+    assert split_units == split
+    torch.testing.assert_close(out.float(), want.float(), rtol=2**-7, atol=1e-6)
+    assert torch.equal(torch.isinf(lse), torch.isinf(want_lse))
+    torch.testing.assert_close(lse[torch.isfinite(lse)], want_lse[torch.isfinite(want_lse)], rtol=1e-5, atol=1e-5)
 
 
 def test_split_below_one_is_refused():
@@ -360,6 +428,44 @@ def test_fp8_cta_pairs_give_the_one_cta_kernels_bits(monkeypatch, batch):
     with monkeypatch.context() as m:
         m.setattr(sparse_mla.sparse_mla_gluon, "PAIRS", False)
         assert torch.equal(replayed, sparse_mla.sparse_mla(q, pool, idx, SCALE)[0])
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("heads,batch,topk", [(128, 70, 2048), (128, 4, 2048), (64, 67, 2000), (64, 5, 100),
+                                              (128, 1, 64)],
+                         ids=["runs-cross-units", "many-pieces", "partial-last-tile", "fewer-tiles-than-sms", "one-tile"])
+@pytest.mark.parametrize("fp8", [True, False], ids=["fp8", "bf16"])
+def test_a_balanced_grid_gives_the_unsplit_grids_output(fp8, heads, batch, topk):
+    """Every SM's program an equal share of all rows' tiles, its runs crossing units and a unit merged
+    from several programs' partials: a unit one program finishes is the unsplit grid's bit for bit
+    (the same tiles in the same order), a merged one as close to the reference as the unsplit grid,
+    eager and in a CUDA graph."""
+    q, pool, idx = _decode_case(batch, heads, fp8, topk=topk)
+    config = dict(sparse_mla.mla_config(batch, heads, topk), SPLIT=1)
+    whole, whole_lse = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(config, BALANCED=False), gluon=True)
+    out, lse = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(config, BALANCED=True), gluon=True)
+    units, tiles = batch * heads // 64, triton.cdiv(topk, 64)
+    programs = min(num_sms(q.device), units * tiles)
+    finished = [u for _, runs in _balanced_runs(units, tiles, programs) for u, t0, t1 in runs if (t0, t1) == (0, tiles)]
+    for u in finished:
+        n, h = u % batch, slice(u // batch * 64, u // batch * 64 + 64)
+        assert torch.equal(out[n, h], whole[n, h]) and torch.equal(lse[n, h], whole_lse[n, h]), u
+    assert torch.equal(torch.isinf(lse), torch.isinf(whole_lse))
+    torch.testing.assert_close(lse, whole_lse, rtol=1e-5, atol=1e-5)
+    if batch > 1:
+        assert out[1].abs().max() == 0 and torch.isinf(lse[1]).all()
+    want, _ = reference.sparse_mla_ref(q, pool, idx, SCALE)
+    bound = 1e-2 if fp8 else 5e-3
+    assert relative_error(out.float(), want) < bound and relative_error(out.float(), whole.float()) < bound
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replayed = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(config, BALANCED=True), gluon=True)[0]
+    q.copy_((q.float() * -0.5).to(torch.bfloat16))  # fresh queries for the replay
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(replayed, sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(config, BALANCED=True),
+                                                       gluon=True)[0])
 
 
 @pytest.mark.gpu
