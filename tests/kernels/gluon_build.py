@@ -51,10 +51,10 @@ def _build_sparse_mla(fp8: bool, partial: bool, constants: dict):
                  aligned, sparse_mla_gluon.NUM_WARPS)
 
 
-def sparse_mla(fp8: bool, partial: bool, merge: int = 0) -> dict:
-    k, warnings, spilled = _build_sparse_mla(fp8, partial, dict(MERGE=merge))
+def sparse_mla(fp8: bool, partial: bool, merge: int = 0, balanced: bool = False) -> dict:
+    k, warnings, spilled = _build_sparse_mla(fp8, partial, dict(MERGE=merge, BALANCED=balanced))
     ptx = k.asm["ptx"]
-    return dict(kernel="sparse_mla", fp8=fp8, partial=partial, merge=merge, shared=k.metadata.shared,
+    return dict(kernel="sparse_mla", fp8=fp8, partial=partial, merge=merge, balanced=balanced, shared=k.metadata.shared,
                 cp_async="cp.async." in ptx, setmaxnreg="setmaxnreg" in ptx, spilled=spilled,
                 meets="atom.global.gpu.acq_rel.add" in ptx and "ld.global.gpu.acquire" in ptx, ptxas_warnings=warnings)
 
@@ -99,6 +99,8 @@ if __name__ == "__main__":
             print(json.dumps(sparse_mla(fp8, partial)), flush=True)
     for fp8, merge in ((True, 2), (True, 4), (False, 2)):
         print(json.dumps(sparse_mla(fp8, True, merge)), flush=True)
+    for fp8 in (True, False):
+        print(json.dumps(sparse_mla(fp8, True, balanced=True)), flush=True)
     print(json.dumps(sparse_mla_pair()), flush=True)
     for next_n in (1, 2, 4):
         print(json.dumps(paged_indexer(next_n, overlap=True)), flush=True)
