@@ -239,8 +239,10 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     wave where programs would be shorter than SHORT_PROGRAM_TILES: 16 at batch 2) and,
     up to two waves of unsplit programs, 1 to 4 splits past one wave where a wave would leave SMs
     idle (3 at batch 17-22 and 34-44 of 128 heads, 2-4 at 67-99: 1.02-1.21x faster than the
-    one-wave split on the H100). Under batch-invariant mode the split is set by top-k alone
-    (INVARIANT_KEYS_PER_SPLIT), so that a row is merged the same way in any batch.
+    one-wave split on the H100). BALANCED: where that split takes a second wave, a balanced grid
+    (a program an SM, sparse_mla_gluon.launch_balanced) if it models 5% faster (_balanced_wins).
+    Under batch-invariant mode the split is set by top-k alone (INVARIANT_KEYS_PER_SPLIT), so that a
+    row is merged the same way in any batch, and no grid is balanced.
     """
     block_h = 64 if heads % 64 == 0 else 16
     balanced = False
@@ -310,7 +312,7 @@ def sparse_mla(
     Without an explicit config (gluon=None), kernels/sparse_mla_gluon.py's kernel runs wherever it
     can (gluon_runs), at every batch size: one kernel for all batches keeps a row's rounding
     independent of its batch (at batch 1 the two kernels are within 6% of each other). An explicit
-    config is the Triton kernel's unless gluon=True, which takes only its SPLIT.
+    config is the Triton kernel's unless gluon=True, which takes only its SPLIT and BALANCED.
     """
     n, heads, d_qk = q.shape
     if d_qk != KV_LORA_RANK + ROPE_DIM or q.dtype != torch.bfloat16 or q.stride(-1) != 1:
