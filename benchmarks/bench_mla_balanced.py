@@ -18,7 +18,7 @@ import time
 import torch
 
 from dsa_kernels import dispatch, sparse_mla
-from graph_timing import graph_ms
+from graph_timing import alternating_us
 
 SLOTS, TOPK, SCALE = 262144, 2048, 576**-0.5
 
@@ -55,10 +55,9 @@ def main() -> None:
                      rel_err=float((a.float() - b.float()).norm() / a.float().norm()),
                      lse_same=bool(torch.equal(torch.isinf(la), torch.isinf(lb))
                                    and torch.allclose(la[finite], lb[finite], rtol=1e-5, atol=1e-5)))
-            for i in range(3):
-                for name in (list(fns) if i % 2 == 0 else list(fns)[::-1]):
-                    r.setdefault(name + "_us", []).append(round(graph_ms(fns[name]) * 1e3, 2))
-            best = {k: min(r[k + "_us"]) for k in fns}
+            times = alternating_us(fns)
+            r.update({name + "_us": t for name, t in times.items()})
+            best = {name: min(t) for name, t in times.items()}
             r.update(balanced_vs_split=round(best["split"] / best["balanced"], 3),
                      split_vs_flashmla=round(best["flashmla"] / best["split"], 3),
                      balanced_vs_flashmla=round(best["flashmla"] / best["balanced"], 3))
