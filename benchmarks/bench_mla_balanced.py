@@ -5,13 +5,16 @@
 For each (heads, batch) (top-k 2048 over a 256K-slot FP8 pool, a short and an empty row among them)
 it checks the balanced grid's output against the split grid's (relative error, norm over norm), then times
 both, as kernels/sparse_mla.py would run them (the split grid with its meetings and CTA pairs), and
-FlashMLA's sparse decode, in CUDA graphs, alternating their order, best of three. `chosen` says
-which of the two mla_config picks.
+FlashMLA's sparse decode, in CUDA graphs, alternating their order, best of three. Past a wave of
+unsplit programs it also times `waves`: the rows of the whole waves on the split grid (unsplit, CTA
+pairs at 128 heads), then the rest on a balanced grid (WAVE_ROWS). `chosen` says which mla_config
+picks.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 
@@ -32,7 +35,7 @@ def main() -> None:
     pool = torch.zeros(SLOTS, 656, dtype=torch.uint8, device="cuda")
     dispatch.store_mla_kv(pool, torch.randn(SLOTS, 512, device="cuda"), torch.randn(SLOTS, 64, device="cuda"),
                           torch.arange(SLOTS, device="cuda"))
-    rows = []
+    rows, sms = [], torch.cuda.get_device_properties(0).multi_processor_count
     for spec in args.shapes.split(";"):
         heads, batches = spec.split(":")
         heads = int(heads)
@@ -42,25 +45,30 @@ def main() -> None:
             idx[0, 1000:] = -1
             if batch > 1:
                 idx[-1] = -1
-            config = sparse_mla.mla_config(batch, heads, TOPK)
-            fns = dict(
-                split=lambda: sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(config, BALANCED=False), gluon=True),
-                balanced=lambda: sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(config, BALANCED=True), gluon=True),
-                flashmla=lambda: dispatch._flashmla_decode(q, pool, idx, SCALE))
+            config = sparse_mla.mla_config(batch, heads, TOPK, sms)
+            chosen = "split" if not config["BALANCED"] else "waves" if config.get("WAVE_ROWS") else "balanced"
+            configs = dict(split=dict(config, BALANCED=False), balanced=dict(config, BALANCED=True, WAVE_ROWS=0))
+            wave = sms * 64 // heads  # rows a wave of unsplit programs takes
+            if batch > wave and batch % wave:
+                configs["waves"] = dict(config, SPLIT=1, BALANCED=True, WAVE_ROWS=batch // wave * wave)
+            fns = {name: functools.partial(sparse_mla.sparse_mla, q, pool, idx, SCALE, config=c, gluon=True)
+                   for name, c in configs.items()}
+            fns["flashmla"] = lambda: dispatch._flashmla_decode(q, pool, idx, SCALE)
             a, la = fns["split"]()
-            b, lb = fns["balanced"]()
-            torch.cuda.synchronize()
-            finite = torch.isfinite(la)
-            r = dict(heads=heads, batch=batch, split=config["SPLIT"], chosen="balanced" if config.get("BALANCED") else "split",
-                     rel_err=float((a.float() - b.float()).norm() / a.float().norm()),
-                     lse_same=bool(torch.equal(torch.isinf(la), torch.isinf(lb))
-                                   and torch.allclose(la[finite], lb[finite], rtol=1e-5, atol=1e-5)))
+            r = dict(heads=heads, batch=batch, split=config["SPLIT"], chosen=chosen)
+            for name in configs.keys() - {"split"}:
+                b, lb = fns[name]()
+                finite = torch.isfinite(la)
+                r[name + "_rel_err"] = float((a.float() - b.float()).norm() / a.float().norm())
+                r[name + "_lse_same"] = bool(torch.equal(torch.isinf(la), torch.isinf(lb))
+                                             and torch.allclose(la[finite], lb[finite], rtol=1e-5, atol=1e-5))
             times = alternating_us(fns)
             r.update({name + "_us": t for name, t in times.items()})
             best = {name: min(t) for name, t in times.items()}
-            r.update(balanced_vs_split=round(best["split"] / best["balanced"], 3),
-                     split_vs_flashmla=round(best["flashmla"] / best["split"], 3),
-                     balanced_vs_flashmla=round(best["flashmla"] / best["balanced"], 3))
+            for name in configs.keys() - {"split"}:
+                r[name + "_vs_split"] = round(best["split"] / best[name], 3)
+            for name in configs:
+                r[name + "_vs_flashmla"] = round(best["flashmla"] / best[name], 3)
             rows.append(r)
             print(json.dumps(r), flush=True)
             with open(args.json, "w") as f:

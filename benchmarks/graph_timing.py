@@ -45,11 +45,12 @@ def graph_ms(fn, rep_ms: float = 30.0, replays: int = 10) -> float:
     return statistics.median(per_call)
 
 
-def alternating_us(fns: dict, rounds: int = 3) -> dict:
-    """Each call's graph_ms in microseconds, `rounds` times, in the dict's order and then backwards
-    by turns, so that no call always runs first (a board's clock drifts between them)."""
+def alternating_us(fns: dict, rounds: int = 3, **graph) -> dict:
+    """Each call's graph_ms (with `graph`'s rep_ms, replays) in microseconds, `rounds` times, in the
+    dict's order and then backwards by turns, so that no call always runs first (a board's clock
+    drifts between them)."""
     times = {name: [] for name in fns}
     for r in range(rounds):
         for name in list(fns) if r % 2 == 0 else list(fns)[::-1]:
-            times[name].append(round(graph_ms(fns[name]) * 1e3, 2))
+            times[name].append(round(graph_ms(fns[name], **graph) * 1e3, 2))
     return times

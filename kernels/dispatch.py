@@ -4,7 +4,8 @@ kernels otherwise on a GPU, the PyTorch references on the CPU.
 `backend` picks one explicitly ("reference", "triton", "deepgemm", "flashmla"); "auto" (the
 default) follows the order above, with two exceptions: the call shapes where our Gluon kernels
 measured faster than the library (the paged indexer but for next_n 2 on large grids, sparse MLA
-decode on small grids: _ours_instead_of_deepgemm, _ours_instead_of_flashmla), and batch-invariant
+decode on small grids and 64-head grids that fill their waves: _ours_instead_of_deepgemm,
+_ours_instead_of_flashmla), and batch-invariant
 mode (kernels/batch_invariant.py), where every entry keeps to ours. "ours" is "auto" without the
 libraries. A library that is absent, fails to load, or refuses a shape is
 never an error under "auto": the call falls through to ours, "triton" (Gluon on Hopper; logged once per
@@ -141,20 +142,42 @@ def _ours_instead_of_deepgemm(q_fp8, max_context_len: int, next_n: int, page_siz
     return not deepgemm_ahead and gluon_paged_runs(q_fp8.device, page_size)
 
 
-def _ours_instead_of_flashmla(q, kv_pool) -> bool:
-    """Whether "auto" takes our sparse MLA decode (the Gluon kernel) over FlashMLA's: up to six
-    (row, 64-head block) units (1-3 rows of 128 heads, 1-6 of 64) and 16 to 66 rows of 64 heads
-    (an eighth to half the SMs' worth), where ours measured 1.00-1.44x and 1.02-1.27x FlashMLA
-    (H100, FP8 pool, top-k 2048). Elsewhere FlashMLA is ahead: at 4-12 rows of 128 heads and
-    8-12 of 64 (ours 0.90-0.98x), and from 17 rows of 128 heads, by its schedule balanced over
-    the SMs and its dequantization shared by two CTAs (ours 0.60-0.98x; 0.84-0.93x from 45 rows
-    since ours runs CTA pairs there too: docs/PERFORMANCE.md, "CTA pairs")."""
+def _ours_instead_of_flashmla(q, kv_pool, topk: int) -> bool:
+    """Whether "auto" takes our sparse MLA decode (the Gluon kernel) over FlashMLA's. From the H100
+    sweep of every row count (FP8 pool, top-k 2048; docs/PERFORMANCE.md, "Ours against FlashMLA at
+    every row count"):
+    - up to six (row, 64-head block) units, 1-3 rows of 128 heads and 1-6 of 64: 1.00-1.32x;
+    - at 64 heads, where our grid keeps its waves full (_fills_its_waves): 16 and 21-66 rows
+      (split in one wave) 0.98-1.29x, 89-132 and 220-264 (unsplit, the last wave at least two
+      thirds full) 0.98-1.16x.
+    Elsewhere FlashMLA, whose schedule is balanced over the SMs, is ahead or level: from 4 rows of
+    128 heads (ours 0.71-1.06x, mostly 0.8-0.93x), and at 64 heads where our last wave leaves SMs
+    idle or a balanced grid runs (0.90-1.08x)."""
     if not q.is_cuda:
         return False
-    from .sparse_mla import gluon_runs  # imports Triton: only asked on CUDA
+    from .batch_invariant import enabled  # these import Triton: only asked on CUDA
+    from .sparse_mla import gluon_runs
 
+    if enabled():  # ours all the same (_unless_batch_invariant), and mla_config's grid follows the mode
+        return False
     rows, blocks, sms = q.shape[0], q.shape[1] // 64, num_sms(q.device)
-    return (rows * blocks <= 6 or blocks == 1 and sms // 8 <= rows <= sms // 2) and gluon_runs(q, kv_pool)
+    return (rows * blocks <= 6 or blocks == 1 and _fills_its_waves(rows, topk, sms)) and gluon_runs(q, kv_pool)
+
+
+@functools.cache  # an eager engine asks every layer
+def _fills_its_waves(rows: int, topk: int, sms: int) -> bool:
+    """Whether our 64-head grid for `rows` keeps its SMs busy: split in one wave over at least 5/8 of
+    them (from an eighth of a wave of rows: 11-12 rows in eight splits lost, 0.94-0.95x), or unsplit
+    in at most two waves, the last at least two thirds full."""
+    from .sparse_mla import mla_config
+
+    cfg = mla_config(rows, 64, topk, sms)
+    if cfg["BALANCED"]:
+        return False
+    programs = rows * cfg["SPLIT"]
+    if cfg["SPLIT"] > 1:
+        return programs <= sms and rows >= sms // 8 and 8 * programs >= 5 * sms
+    return rows <= 2 * sms and 3 * ((rows - 1) % sms + 1) >= 2 * sms
 
 
 # ---------------------------------------------------------------- cache stores
@@ -303,7 +326,7 @@ def sparse_mla_decode(q, kv_pool, indices, sm_scale: float, *, backend: str = "a
     FlashMLA's sparse decode reads only the FP8 layout; a bf16 pool goes to Triton.
     """
     fp8 = kv_pool.dtype == torch.uint8
-    library = "flashmla" if fp8 and not _ours_instead_of_flashmla(q, kv_pool) else None
+    library = "flashmla" if fp8 and not _ours_instead_of_flashmla(q, kv_pool, indices.shape[1]) else None
     choice = _unless_batch_invariant(_choose(q, backend, library, fp8=fp8), backend)
     if choice == "reference":
         out, lse = ref.sparse_mla_ref(q, kv_pool, indices, sm_scale)

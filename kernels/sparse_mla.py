@@ -230,39 +230,65 @@ def _balanced_time(units: int, tiles: int, num_sms: int) -> float:
 
 
 def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
-    """Tile shape and top-k split count for N query rows of `heads` heads.
+    """Tile shape, top-k split count and grid for N query rows of `heads` heads.
 
     From the H200 runs in docs/PERFORMANCE.md: 64-head, 64-key tiles on 8 warps, one pipeline stage
     (in CUDA graphs 2-10% faster than two or three for decode; two stages do not fit shared memory
-    for prefill). The split, at least 64 keys each, is whichever _split_time models fastest among
-    the largest power of two that keeps one wave (32 at batch 1, 2 at batch 32 of 128 heads; half a
-    wave where programs would be shorter than SHORT_PROGRAM_TILES: 16 at batch 2) and,
-    up to two waves of unsplit programs, 1 to 4 splits past one wave where a wave would leave SMs
-    idle (3 at batch 17-22 and 34-44 of 128 heads, 2-4 at 67-99: 1.02-1.21x faster than the
-    one-wave split on the H100). BALANCED: where that split takes a second wave, a balanced grid
-    (a program an SM, sparse_mla_gluon.launch_balanced) if it models 5% faster (_balanced_wins).
+    for prefill).
+
+    Within a wave of unsplit programs (num_sms (row, head block) units), the split, at least 64 keys
+    each, is whichever _split_time models fastest among the largest power of two that keeps one
+    wave (32 at batch 1, 2 at batch 32 of 128 heads; half a wave where programs would be shorter
+    than SHORT_PROGRAM_TILES: 16 at batch 2) and 1 to 4 splits (3 at batch 17-22 and 34-44 of 128
+    heads). BALANCED: where that split takes a second wave, a balanced grid (a program an SM,
+    sparse_mla_gluon.launch_balanced) if it models 5% faster (_balanced_wins: 34-41 rows of 128
+    heads, 67-83 of 64).
+
+    Past a wave, rows run unsplit, the rows of the whole waves on the split grid (CTA pairs at 128
+    heads over FP8), and the rest, where it would fill less than half a wave (_tail_balanced), on a
+    balanced grid after them (WAVE_ROWS, BALANCED). That is 67-98, 133-164, 199-230... rows of 128
+    heads and 133-197 of 64 on 132 SMs: 1.02-1.50x the split grid and 1.01-1.12x a balanced grid
+    of all rows on the H100 (docs/PERFORMANCE.md, "Whole waves, then a balanced tail").
+
     Under batch-invariant mode the split is set by top-k alone (INVARIANT_KEYS_PER_SPLIT), so that a
     row is merged the same way in any batch, and no grid is balanced.
     """
     block_h = 64 if heads % 64 == 0 else 16
-    balanced = False
+    balanced, wave_rows = False, 0
     if batch_invariant.enabled():  # a row's merge must not follow the batch: a split set by top-k alone
         split = max(1, topk // INVARIANT_KEYS_PER_SPLIT)
     else:
         units, tiles = n * (heads // block_h), max(1, topk // 64)
-        split = _fastest_split(units, tiles, num_sms)
-        balanced = _balanced_wins(units, tiles, split, num_sms)
-    return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, BALANCED=balanced, num_warps=8, num_stages=1)
+        per_wave = max(1, num_sms // (heads // block_h))  # rows a wave of unsplit programs holds
+        if n >= per_wave:
+            split, rest = 1, n % per_wave
+            balanced = _tail_balanced(rest, per_wave, heads // block_h, tiles, num_sms)
+            wave_rows = n - rest if balanced else 0
+        else:
+            split = _fastest_split(units, tiles, num_sms)
+            balanced = _balanced_wins(units, tiles, split, num_sms)
+    return dict(BLOCK_H=block_h, BLOCK_N=64, SPLIT=split, BALANCED=balanced, WAVE_ROWS=wave_rows, num_warps=8,
+                num_stages=1)
 
 
 def _balanced_wins(units: int, tiles: int, split: int, num_sms: int) -> bool:
-    """Whether the balanced grid models faster than the split grid's `split`, where that takes more
-    than one wave and at most two waves of unsplit programs (the measured range): a wave of
-    programs, shorter or not, runs faster than a balanced grid's tiles (fewer SMs busy, a higher
-    clock at the power cap; CTA pairs at 128 heads)."""
-    if units > 2 * num_sms or cdiv(units * split, num_sms) < 2:
+    """Whether a balanced grid models faster than the split grid's `split` for units that one wave
+    of unsplit programs holds, where that split takes a second wave: a wave of programs, shorter or
+    not, runs faster than a balanced grid's tiles (fewer SMs busy, a higher clock at the power cap;
+    CTA pairs at 128 heads)."""
+    if cdiv(units * split, num_sms) < 2:
         return False
     return _balanced_time(units, tiles, num_sms) < _BALANCED_MARGIN * _split_time(units, tiles, split, num_sms)
+
+
+def _tail_balanced(rest: int, per_wave: int, blocks: int, tiles: int, num_sms: int) -> bool:
+    """Whether the `rest` rows past whole waves of unsplit programs run on a balanced grid: where they
+    would fill less than half a wave, and the model has a balanced grid beat a wave of programs
+    (not for short top-k ranges, whose balanced grid is mostly its call). On the H100 the balanced
+    tail still won at 52% of a wave and lost from 59% (at one, two and three whole waves, 128 heads
+    over FP8, and 64 heads)."""
+    return 0 < 2 * rest < per_wave and _balanced_time(rest * blocks, tiles, num_sms) < _split_time(
+        rest * blocks, tiles, 1, num_sms)
 
 
 # Programs shorter than this many tiles fill at most half the SMs: a whole wave of one-tile
@@ -277,8 +303,7 @@ def _fastest_split(units: int, tiles: int, num_sms: int) -> int:
     one_wave = _largest_split(units, tiles, num_sms)
     if tiles < SHORT_PROGRAM_TILES * one_wave:
         one_wave = _largest_split(units, tiles, num_sms // 2)
-    # past two waves of unsplit programs a split measured slower (128 heads, batch 140: 0.965x)
-    splits = {one_wave, *range(1, min(4, tiles) + 1)} if units <= 2 * num_sms else {one_wave}
+    splits = {one_wave, *range(1, min(4, tiles) + 1)}
     return min(sorted(splits), key=lambda s: _split_time(units, tiles, s, num_sms))
 
 
@@ -312,7 +337,8 @@ def sparse_mla(
     Without an explicit config (gluon=None), kernels/sparse_mla_gluon.py's kernel runs wherever it
     can (gluon_runs), at every batch size: one kernel for all batches keeps a row's rounding
     independent of its batch (at batch 1 the two kernels are within 6% of each other). An explicit
-    config is the Triton kernel's unless gluon=True, which takes only its SPLIT and BALANCED.
+    config is the Triton kernel's unless gluon=True, which takes only its SPLIT, BALANCED and
+    WAVE_ROWS.
     """
     n, heads, d_qk = q.shape
     if d_qk != KV_LORA_RANK + ROPE_DIM or q.dtype != torch.bfloat16 or q.stride(-1) != 1:
@@ -331,6 +357,7 @@ def sparse_mla(
     cfg = dict(config or mla_config(n, heads, topk))
     split = cfg.pop("SPLIT")
     balanced = cfg.pop("BALANCED", False) and gluon
+    wave_rows = cfg.pop("WAVE_ROWS", 0)  # a balanced grid's rows run first in whole waves of the split grid
     block_h, block_n = (sparse_mla_gluon.BLOCK_H, sparse_mla_gluon.BLOCK_N) if gluon else (cfg["BLOCK_H"], cfg["BLOCK_N"])
     if heads % block_h:
         raise ValueError(f"heads ({heads}) must be a multiple of BLOCK_H ({block_h})")
@@ -346,11 +373,6 @@ def sparse_mla(
     else:
         views = (kv_pool, kv_pool, kv_pool)
         stride_kv = kv_pool.stride(0)
-    if balanced:
-        def run():
-            _balanced(q, views, stride_kv, kv_pool.shape[0], indices, out, lse, sm_scale, fp8)
-            return out, lse
-        return with_fallback(_GLUON, run, lambda: sparse_mla(q, kv_pool, indices, sm_scale, gluon=False)) if chosen else run()
     keys_per_split = cdiv(cdiv(topk, split), block_n) * block_n
 
     def attend(q, indices, out, lse):  # these rows; split > 1 merges its partials into out, lse
@@ -385,6 +407,19 @@ def sparse_mla(
             _merge_splits_kernel[(rows * heads,)](part, part_lse, out, lse, split, H=heads,
                                                   SPLITS=next_power_of_2(split), num_warps=merge_warps(split))
 
+    if balanced:
+        if not 0 <= wave_rows < n:
+            raise ValueError(f"WAVE_ROWS must leave the balanced grid rows: 0 <= WAVE_ROWS < {n}, got {wave_rows}")
+
+        def run():
+            if wave_rows:
+                attend(q[:wave_rows], indices[:wave_rows], out[:wave_rows], lse[:wave_rows])
+            rest = slice(wave_rows, n)
+            _balanced(*(t[rest] if wave_rows else t for t in (q, indices, out, lse)), views, stride_kv,
+                      kv_pool.shape[0], sm_scale, fp8)
+            return out, lse
+        return with_fallback(_GLUON, run, lambda: sparse_mla(q, kv_pool, indices, sm_scale, gluon=False)) if chosen else run()
+
     # Split rows keep fp32 partials. A long run of them (a prefill chunk under batch-invariant mode,
     # where the split does not fall with the rows) goes in slices that bound those to
     # PARTIAL_BYTES; each row's arithmetic is the same in any slice.
@@ -398,7 +433,7 @@ def sparse_mla(
     return out, lse
 
 
-def _balanced(q, views, stride_kv, num_slots, indices, out, lse, sm_scale, fp8):
+def _balanced(q, indices, out, lse, views, stride_kv, num_slots, sm_scale, fp8):
     """The Gluon kernel's balanced grid, a program an SM, then the merge of the units it split."""
     units, tiles = q.shape[0] * q.shape[1] // sparse_mla_gluon.BLOCK_H, cdiv(indices.shape[1], sparse_mla_gluon.BLOCK_N)
     programs = min(num_sms(q.device), units * tiles)

@@ -126,7 +126,7 @@ def test_flashmla_decode_enters_a_graph_only_after_an_eager_call_of_its_shape(ca
     q = torch.randn(n, heads, 576, device="cuda", generator=g).bfloat16()
     idx = torch.randint(0, slots, (n, topk), device="cuda", generator=g, dtype=torch.int32)
     scale = 576**-0.5
-    assert not dispatch._ours_instead_of_flashmla(q, pool)  # auto's choice at this shape is FlashMLA
+    assert not dispatch._ours_instead_of_flashmla(q, pool, topk)  # auto's choice at this shape is FlashMLA
     dispatch._FLASH_MLA_META.pop(dispatch._flashmla_key(q, pool, idx), None)
     dispatch._warn_once.cache_clear()  # the warning comes once a process
 
@@ -204,7 +204,7 @@ def test_auto_takes_our_paged_indexer_but_for_next_n_2_over_large_grids(monkeypa
     assert not ours(_on_cuda(128, 64, 128), 4096, 1, 64)  # not a Hopper (or no Gluon): the library first
 
 
-def test_auto_takes_our_sparse_mla_decode_for_up_to_six_units_and_for_16_to_66_rows_of_64_heads(monkeypatch):
+def test_auto_takes_our_sparse_mla_decode_for_up_to_six_units_and_64_head_grids_that_fill_their_waves(monkeypatch):
     from dsa_kernels import sparse_mla
 
     monkeypatch.setattr(dispatch, "num_sms", lambda device: 132)
@@ -212,11 +212,14 @@ def test_auto_takes_our_sparse_mla_decode_for_up_to_six_units_and_for_16_to_66_r
     pool = torch.zeros(1, 656, dtype=torch.uint8)
 
     def ours(rows, heads):
-        return dispatch._ours_instead_of_flashmla(_on_cuda(rows, heads, 576), pool)
+        return dispatch._ours_instead_of_flashmla(_on_cuda(rows, heads, 576), pool, 2048)
 
-    assert [rows for rows in range(1, 140) if ours(rows, 128)] == [1, 2, 3]
-    assert [rows for rows in range(1, 140) if ours(rows, 64)] == [*range(1, 7), *range(16, 67)]
-    assert not dispatch._ours_instead_of_flashmla(torch.zeros(1, 64, 576), pool)  # the CPU: the reference
+    assert [rows for rows in range(1, 300) if ours(rows, 128)] == [1, 2, 3]
+    # 64 heads: split in one wave over 5/8 of the SMs or more (16 rows in 8 splits, 21-33 in 4, 34-44
+    # in 3, 45-66 in 2), or unsplit with the last of at most two waves two thirds full or more
+    assert [rows for rows in range(1, 300) if ours(rows, 64)] == [*range(1, 7), 16, *range(21, 67), *range(89, 133),
+                                                                   *range(220, 265)]
+    assert not dispatch._ours_instead_of_flashmla(torch.zeros(1, 64, 576), pool, 2048)  # the CPU: the reference
     monkeypatch.setattr(sparse_mla, "gluon_runs", lambda q, kv_pool: False)
     assert not ours(1, 128)
 

@@ -84,26 +84,41 @@ def test_small_decode_batches_split_topk_into_at_most_one_wave_of_64_key_splits(
         assert 2048 // split >= 64 == cfg["BLOCK_N"]
 
 
-def test_grids_a_wave_would_leave_half_idle_split_past_one_wave():
+def test_grids_a_wave_would_leave_half_idle_split_into_two():
     # 128 heads on 132 SMs: 34 rows are 68 programs of 32 tiles (one wave, half the SMs idle), in 3
-    # splits two waves of 11 tiles; 80 rows (160 programs, two waves) in 2 splits three waves of 16;
-    # past two waves (140 rows) none
-    for batch, split in ((17, 3), (34, 3), (44, 3), (48, 1), (67, 4), (80, 2), (128, 1), (140, 1)):
+    # splits two waves of 11 tiles; from a wave of unsplit programs (66 rows) none
+    for batch, split in ((17, 3), (34, 3), (44, 3), (48, 1), (66, 1), (67, 1), (80, 1), (128, 1), (140, 1)):
         assert sparse_mla.mla_config(batch, 128, 2048, num_sms=132)["SPLIT"] == split, batch
     assert sparse_mla.mla_config(40, 64, 2048, num_sms=132)["SPLIT"] == 3
 
 
 def test_grids_whose_split_takes_a_second_wave_run_balanced():
-    # 128 heads on 132 SMs: 34-41 rows (3 splits, two waves), 67-96 and 100-109 (past one wave) take
-    # an equal share of every row's tiles a program; 97-99 split in two (three waves), within the
-    # model's 5% margin of it. One wave (33, 48, 66 rows), two nearly full ones (110-128), a grid past
-    # two waves (140) or batch-invariant mode keep the split grid
-    balanced = [b for b in range(1, 141) if sparse_mla.mla_config(b, 128, 2048, num_sms=132)["BALANCED"]]
-    assert balanced == [*range(34, 42), *range(67, 97), *range(100, 110)]
-    assert not sparse_mla.mla_config(128, 64, 2048, num_sms=132)["BALANCED"]
+    # 128 heads on 132 SMs: at 34-41 rows 3 splits would take two waves; an equal share of every
+    # row's tiles a program models faster. One wave (33, 48, 66 rows) keeps the split grid
+    balanced = [b for b in range(1, 67) if sparse_mla.mla_config(b, 128, 2048, num_sms=132)["BALANCED"]]
+    assert balanced == [*range(34, 42)]
+    assert [b for b in range(1, 133) if sparse_mla.mla_config(b, 64, 2048, num_sms=132)["BALANCED"]] == [*range(67, 84)]
+    assert all(sparse_mla.mla_config(b, 128, 2048, num_sms=132)["WAVE_ROWS"] == 0 for b in range(1, 67))
+
+
+def test_rows_past_whole_waves_run_balanced_where_they_would_fill_under_half_a_wave():
+    # 128 heads on 132 SMs: a wave holds 66 unsplit rows. 67-98 rows: 66 in a wave, the rest (1-32)
+    # balanced; 99-132 two waves unsplit; 133-164 two waves and a balanced rest. 64 heads: 132 a wave
+    def grid(batch, heads):
+        cfg = sparse_mla.mla_config(batch, heads, 2048, num_sms=132)
+        return cfg["SPLIT"], cfg["BALANCED"], cfg["WAVE_ROWS"]
+
+    for batch in range(67, 99):
+        assert grid(batch, 128) == (1, True, 66), batch
+    for batch in (*range(99, 133), 165, 198):
+        assert grid(batch, 128) == (1, False, 0), batch
+    assert grid(133, 128) == grid(164, 128) == (1, True, 132) and grid(200, 128) == (1, True, 198)
+    assert grid(133, 64) == grid(197, 64) == (1, True, 132) and grid(198, 64) == grid(264, 64) == (1, False, 0)
+    # short top-k ranges: a balanced grid is mostly its call
+    assert not sparse_mla.mla_config(140, 128, 256, num_sms=132)["BALANCED"]
     with pytest.MonkeyPatch.context() as m:
         m.setattr(batch_invariant, "_ENABLED", True)
-        assert not any(sparse_mla.mla_config(b, 128, 2048, num_sms=132)["BALANCED"] for b in (34, 70, 100))
+        assert not any(sparse_mla.mla_config(b, 128, 2048, num_sms=132)["BALANCED"] for b in (34, 70, 100, 140))
 
 
 def test_one_tile_programs_fill_half_the_sms_at_most():
@@ -432,24 +447,29 @@ def test_fp8_cta_pairs_give_the_one_cta_kernels_bits(monkeypatch, batch):
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("heads,batch,topk", [(128, 70, 2048), (128, 4, 2048), (64, 67, 2000), (64, 5, 100),
-                                              (128, 1, 64)],
-                         ids=["runs-cross-units", "many-pieces", "partial-last-tile", "fewer-tiles-than-sms", "one-tile"])
+@pytest.mark.parametrize("heads,batch,topk,wave_rows",
+                         [(128, 70, 2048, 0), (128, 4, 2048, 0), (64, 67, 2000, 0), (64, 5, 100, 0), (128, 1, 64, 0),
+                          (128, 70, 2048, 66), (64, 140, 2048, 132)],
+                         ids=["runs-cross-units", "many-pieces", "partial-last-tile", "fewer-tiles-than-sms", "one-tile",
+                              "a-wave-first", "a-wave-first-64-heads"])
 @pytest.mark.parametrize("fp8", [True, False], ids=["fp8", "bf16"])
-def test_a_balanced_grid_gives_the_unsplit_grids_output(fp8, heads, batch, topk):
-    """Every SM's program an equal share of all rows' tiles, its runs crossing units and a unit merged
-    from several programs' partials: a unit one program finishes is the unsplit grid's bit for bit
-    (the same tiles in the same order), a merged one as close to the reference as the unsplit grid,
-    eager and in a CUDA graph."""
+def test_a_balanced_grid_gives_the_unsplit_grids_output(fp8, heads, batch, topk, wave_rows):
+    """Every SM's program an equal share of all rows' tiles (after WAVE_ROWS rows on the unsplit grid,
+    in CTA pairs at 128 heads over FP8), its runs crossing units and a unit merged from several
+    programs' partials: a unit one program finishes is the unsplit grid's bit for bit (the same
+    tiles in the same order), a merged one as close to the reference as the unsplit grid, eager and
+    in a CUDA graph."""
     q, pool, idx = _decode_case(batch, heads, fp8, topk=topk)
-    config = dict(sparse_mla.mla_config(batch, heads, topk), SPLIT=1)
+    config = dict(sparse_mla.mla_config(batch, heads, topk), SPLIT=1, WAVE_ROWS=wave_rows)
     whole, whole_lse = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(config, BALANCED=False), gluon=True)
     out, lse = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(config, BALANCED=True), gluon=True)
-    units, tiles = batch * heads // 64, triton.cdiv(topk, 64)
+    assert torch.equal(out[:wave_rows], whole[:wave_rows]) and torch.equal(lse[:wave_rows], whole_lse[:wave_rows])
+    rows = batch - wave_rows
+    units, tiles = rows * heads // 64, triton.cdiv(topk, 64)
     programs = min(num_sms(q.device), units * tiles)
     finished = [u for _, runs in _balanced_runs(units, tiles, programs) for u, t0, t1 in runs if (t0, t1) == (0, tiles)]
     for u in finished:
-        n, h = u % batch, slice(u // batch * 64, u // batch * 64 + 64)
+        n, h = wave_rows + u % rows, slice(u // rows * 64, u // rows * 64 + 64)
         assert torch.equal(out[n, h], whole[n, h]) and torch.equal(lse[n, h], whole_lse[n, h]), u
     assert torch.equal(torch.isinf(lse), torch.isinf(whole_lse))
     torch.testing.assert_close(lse, whole_lse, rtol=1e-5, atol=1e-5)
