@@ -247,7 +247,7 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     Past a wave, rows run unsplit, the rows of the whole waves on the split grid (CTA pairs at 128
     heads over FP8), and the rest, where it would fill less than half a wave (_tail_balanced), on a
     balanced grid after them (WAVE_ROWS, BALANCED). That is 67-98, 133-164, 199-230... rows of 128
-    heads and 133-197 of 64 on 132 SMs: 1.02-1.50x the split grid and 1.01-1.12x a balanced grid
+    heads and 133-197 of 64 on 132 SMs: 1.02-1.50x the split grid and 1.02-1.12x a balanced grid
     of all rows on the H100 (docs/PERFORMANCE.md, "Whole waves, then a balanced tail").
 
     Under batch-invariant mode the split is set by top-k alone (INVARIANT_KEYS_PER_SPLIT), so that a

@@ -26,11 +26,11 @@ next run's Q). Each partition passes its own barrier before one of its threads a
 output leaves through shared memory no product reads any more, in 16-byte row stores
 (_store_columns, _stage).
 
-At 128 heads over an FP8 pool the dequantization bounds the kernel, and a row's two head blocks
-each dequantized every tile. Unsplit rows (batch 45-66 and 110 up at top-k 2048) now run them as a
-CTA pair, one thread-block cluster (kernels/cta_pair.py): each copies and dequantizes half of every
-tile's value columns and pushes them into the other's key buffer (_gather_fp8_pair), bit for bit
-the one-CTA kernel's output, 1.04-1.06x faster (H100, docs/PERFORMANCE.md, "CTA pairs").
+At 128 heads over an FP8 pool the dequantization bounds the kernel, and a row's two head blocks each
+dequantized every tile. Unsplit rows (batch 45-66, and the whole waves from 66 on, at top-k 2048)
+run them as a CTA pair, one thread-block cluster (kernels/cta_pair.py): each copies and dequantizes
+half of every tile's value columns and pushes them into the other's key buffer (_gather_fp8_pair),
+bit for bit the one-CTA kernel's output, 1.04-1.06x faster (H100, docs/PERFORMANCE.md, "CTA pairs").
 
 A split top-k range leaves float32 partials. At two or four splits in one wave (MERGES;
 sparse_mla.mla_config's at batch 9-16 and 23-33 of 128 heads), where the launch is cooperative (all of a grid's programs resident at once),
@@ -42,12 +42,13 @@ L2. That halves the partials written and read at two splits and saves the merge 
 Otherwise sparse_mla's merge kernel merges them, one launch later.
 
 A grid of whole or split units leaves SMs idle in its last wave. A balanced grid (BALANCED,
-launch_balanced; mla_config's at batch 34-41, 67-96 and 100-109 of 128 heads) has one program an
-SM, each taking an equal share of all units' tiles (_runs), unit after unit, head block by head
+launch_balanced; mla_config's at batch 34-41 of 128 heads, and for the rows past whole waves of
+unsplit programs where they fill under half a wave: 67-98, 133-164... of 128 heads) has one program
+an SM, each taking an equal share of all units' tiles (_runs), unit after unit, head block by head
 block (_unit), as runs of one unit each (_run). The warpgroups loop over the runs with their tile
-and mbarrier phase counts carried through; the gatherer walks the tiles without knowing where a
-run ends (_next_tile). A run over a whole unit writes bf16 output, bit for bit the unsplit grid's;
-a program's first and last runs, where they cover part of a unit, write float32 partials, which
+and mbarrier phase counts carried through; the gatherer walks the tiles without knowing where a run
+ends (_next_tile). A run over a whole unit writes bf16 output, bit for bit the unsplit grid's; a
+program's first and last runs, where they cover part of a unit, write float32 partials, which
 sparse_mla's balanced merge joins (1.03-1.35x the split grid at those batches on the H100,
 docs/PERFORMANCE.md, "A balanced grid for the batches between waves").
 """
