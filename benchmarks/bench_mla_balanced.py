@@ -7,8 +7,9 @@ it checks the balanced grid's output against the split grid's (relative error, n
 both, as kernels/sparse_mla.py would run them (the split grid with its meetings and CTA pairs), and
 FlashMLA's sparse decode, in CUDA graphs, alternating their order, best of three. Past a wave of
 unsplit programs it also times `waves`: the rows of the whole waves on the split grid (unsplit, CTA
-pairs at 128 heads), then the rest on a balanced grid (WAVE_ROWS). `chosen` says which mla_config
-picks.
+pairs at 128 heads), then the rest on a balanced grid (WAVE_ROWS). Where the balanced grid runs as
+CTA pairs (FP8 at 128 heads) it also times it with one CTA a head block (`balanced_one_cta`).
+`chosen` says which mla_config picks.
 """
 
 from __future__ import annotations
@@ -24,6 +25,17 @@ from dsa_kernels import dispatch, sparse_mla
 from graph_timing import alternating_us
 
 SLOTS, TOPK, SCALE = 262144, 2048, 576**-0.5
+
+
+def _one_cta(fn):
+    """fn with CTA pairs off (sparse_mla_gluon.PAIRS), as a capture records it too."""
+    def run():
+        sparse_mla.sparse_mla_gluon.PAIRS = False
+        try:
+            return fn()
+        finally:
+            sparse_mla.sparse_mla_gluon.PAIRS = True
+    return run
 
 
 def main() -> None:
@@ -53,6 +65,9 @@ def main() -> None:
                 configs["waves"] = dict(config, SPLIT=1, BALANCED=True, WAVE_ROWS=batch // wave * wave)
             fns = {name: functools.partial(sparse_mla.sparse_mla, q, pool, idx, SCALE, config=c, gluon=True)
                    for name, c in configs.items()}
+            if sparse_mla.sparse_mla_gluon.balanced_pairs(heads, True):  # the balanced grid in CTA pairs: also without
+                configs["balanced_one_cta"] = configs["balanced"]
+                fns["balanced_one_cta"] = _one_cta(fns["balanced"])
             fns["flashmla"] = lambda: dispatch._flashmla_decode(q, pool, idx, SCALE)
             a, la = fns["split"]()
             r = dict(heads=heads, batch=batch, split=config["SPLIT"], chosen=chosen)

@@ -155,26 +155,28 @@ def _merge_splits_kernel(part_ptr, part_lse_ptr, out_ptr, lse_ptr, num_splits, H
 
 @triton.jit
 def _merge_balanced_kernel(part_ptr, part_lse_ptr, out_ptr, lse_ptr, tiles_per_unit, total_tiles, H: tl.constexpr,
-                           PIECES: tl.constexpr):
-    """The merge of a balanced grid (kernels/sparse_mla_gluon._runs, same programs): program (c,
-    head) merges the unit that program c starts and does not finish, if any, from its pieces:
-    c's run of it (partial row (c, 0) if that is c's first run, else (c, 1)), then the first runs,
-    rows (c', 0), of the programs after c that the unit reaches. Units a program finished are out.
-    Unit u is row u % rows, head block u // rows (sparse_mla_gluon._unit)."""
+                           PIECES: tl.constexpr, CTAS: tl.constexpr):
+    """The merge of a balanced grid (kernels/sparse_mla_gluon._runs, same CTAs): program (c, head)
+    merges the unit that CTA c's program starts and does not finish, if any, from its pieces: c's
+    run of it (partial row (c, 0) if that is c's first run, else (c, 1)), then the first runs, rows
+    (c', 0), of the programs after c's that the unit reaches, in their CTA of c's rank. Units a
+    program finished are out. A program is CTAS CTAs (2: a pair, each 64 heads of a 128-head unit);
+    unit u is row u % rows, head block u // rows (sparse_mla_gluon._unit)."""
     c = tl.program_id(0)
     head = tl.program_id(1)
-    programs = tl.num_programs(0)
-    first = c * total_tiles // programs
-    last = (c + 1) * total_tiles // programs
-    u = (last - 1) // tiles_per_unit  # the unit of c's last tile
+    program, rank = c // CTAS, c % CTAS
+    programs = tl.num_programs(0) // CTAS
+    first = program * total_tiles // programs
+    last = (program + 1) * total_tiles // programs
+    u = (last - 1) // tiles_per_unit  # the unit of the program's last tile
     unit_end = (u + 1) * tiles_per_unit
     if (u * tiles_per_unit >= first) & (unit_end > last):
-        pieces = (unit_end * programs + total_tiles - 1) // total_tiles - c  # the programs it reaches
+        pieces = (unit_end * programs + total_tiles - 1) // total_tiles - program  # the programs it reaches
         p = tl.arange(0, PIECES)
         slot = tl.where(p == 0, (u * tiles_per_unit > first).to(tl.int32), 0)
-        rows = total_tiles // tiles_per_unit // (H // 64)
-        _merge_rows(part_ptr, part_lse_ptr, ((c + p) * 2 + slot) * 64 + head, p < pieces, out_ptr, lse_ptr,
-                    u % rows * H + u // rows * 64 + head)
+        rows = total_tiles // tiles_per_unit // (H // (64 * CTAS))
+        _merge_rows(part_ptr, part_lse_ptr, (((program + p) * CTAS + rank) * 2 + slot) * 64 + head, p < pieces,
+                    out_ptr, lse_ptr, u % rows * H + (u // rows * CTAS + rank) * 64 + head)
 
 
 def balanced_pieces(units: int, tiles: int, programs: int) -> int:
@@ -434,14 +436,20 @@ def sparse_mla(
 
 
 def _balanced(q, indices, out, lse, views, stride_kv, num_slots, sm_scale, fp8):
-    """The Gluon kernel's balanced grid, a program an SM, then the merge of the units it split."""
-    units, tiles = q.shape[0] * q.shape[1] // sparse_mla_gluon.BLOCK_H, cdiv(indices.shape[1], sparse_mla_gluon.BLOCK_N)
-    programs = min(num_sms(q.device), units * tiles)
-    rows = programs * 2 * sparse_mla_gluon.BLOCK_H  # partial rows (program, first | last run, head)
+    """The Gluon kernel's balanced grid, a program an SM (a CTA pair two SMs), then the merge of the
+    units it split."""
+    pair = sparse_mla_gluon.balanced_pairs(q.shape[1], fp8)
+    ctas = 1 + pair  # a program's
+    units = q.shape[0] * q.shape[1] // (sparse_mla_gluon.BLOCK_H * ctas)
+    tiles = cdiv(indices.shape[1], sparse_mla_gluon.BLOCK_N)
+    programs = min(num_sms(q.device) // ctas, units * tiles)
+    rows = programs * ctas * 2 * sparse_mla_gluon.BLOCK_H  # partial rows (CTA, first | last run, head)
     part = torch.empty(rows, KV_LORA_RANK, device=q.device, dtype=torch.float32)
     part_lse = torch.empty(rows, device=q.device, dtype=torch.float32)
-    sparse_mla_gluon.launch_balanced(q, views, stride_kv, num_slots, indices, indices.shape[1], part, part_lse, out, lse,
-                                     sm_scale * _LOG2E, fp8, programs)
+    if not sparse_mla_gluon.launch_balanced(q, views, stride_kv, num_slots, indices, indices.shape[1], part, part_lse,
+                                            out, lse, sm_scale * _LOG2E, fp8, programs, pair):
+        return _balanced(q, indices, out, lse, views, stride_kv, num_slots, sm_scale, fp8)  # one CTA a unit now
     pieces = balanced_pieces(units, tiles, programs)
-    _merge_balanced_kernel[(programs, sparse_mla_gluon.BLOCK_H)](
-        part, part_lse, out, lse, tiles, units * tiles, H=q.shape[1], PIECES=next_power_of_2(pieces), num_warps=merge_warps(pieces))
+    _merge_balanced_kernel[(programs * ctas, sparse_mla_gluon.BLOCK_H)](
+        part, part_lse, out, lse, tiles, units * tiles, H=q.shape[1], PIECES=next_power_of_2(pieces), CTAS=ctas,
+        num_warps=merge_warps(pieces))

@@ -31,6 +31,8 @@ dequantized every tile. Unsplit rows (batch 45-66, and the whole waves from 66 o
 run them as a CTA pair, one thread-block cluster (kernels/cta_pair.py): each copies and dequantizes
 half of every tile's value columns and pushes them into the other's key buffer (_gather_fp8_pair),
 bit for bit the one-CTA kernel's output, 1.04-1.06x faster (H100, docs/PERFORMANCE.md, "CTA pairs").
+A balanced grid's programs are pairs too (its units then 128 heads, a CTA a half), 1.01-1.08x one
+CTA a program.
 
 A split top-k range leaves float32 partials. At two or four splits in one wave (MERGES;
 sparse_mla.mla_config's at batch 9-16 and 23-33 of 128 heads), where the launch is cooperative (all of a grid's programs resident at once),
@@ -220,28 +222,47 @@ def _split_unit(topk, keys_per_split, num_splits, H: gl.constexpr):
 
 
 @gluon.jit
-def _runs(tiles_per_unit, total_tiles):
-    """A balanced grid's program: its share of all (row, head block) units' 64-key tiles, flattened
-    unit by unit (first .. last - 1, an equal share a program), and the runs it makes of them, a
-    run being its tiles of one unit."""
-    programs = gl.num_programs(0)
-    first = gl.program_id(0) * total_tiles // programs
-    last = (gl.program_id(0) + 1) * total_tiles // programs
+def _runs(tiles_per_unit, total_tiles, PAIR: gl.constexpr):
+    """A balanced grid's program: its share of all units' 64-key tiles, flattened unit by unit
+    (first .. last - 1, an equal share a program), and the runs it makes of them, a run being its
+    tiles of one unit. A unit is a (row, head block) of 64 heads, or with PAIR of 128, whose two
+    halves the two CTAs of a cluster take: the pair is one program."""
+    if PAIR:
+        program = gl.program_id(0) // 2
+        programs = gl.num_programs(0) // 2
+    else:
+        program = gl.program_id(0)
+        programs = gl.num_programs(0)
+    first = program * total_tiles // programs
+    last = (program + 1) * total_tiles // programs
     return first, last, (last - 1) // tiles_per_unit - first // tiles_per_unit + 1
 
 
 @gluon.jit
-def _unit(u, tiles_per_unit, total_tiles, H: gl.constexpr):
-    """A balanced grid's unit u: its row n and head block h0. Units run head block by head block
-    (all rows' first 64 heads, then all rows' next), so that at an even program count program c
-    and program c + programs / 2 take the same row's tiles at the same time, for the two head
-    blocks of 128 heads, and the second reads the keys the first brought into L2."""
-    rows = total_tiles // tiles_per_unit // (H // 64)
-    return u % rows, u // rows * 64
+def _rows(tiles_per_unit, total_tiles, H: gl.constexpr, PAIR: gl.constexpr):
+    """A balanced grid's rows: its units are each row's head blocks of 64 heads, or 128 with PAIR."""
+    if PAIR:
+        return total_tiles // tiles_per_unit // (H // 128)
+    else:
+        return total_tiles // tiles_per_unit // (H // 64)
 
 
 @gluon.jit
-def _run(g, last, r, topk, tiles_per_unit, total_tiles, H: gl.constexpr):
+def _unit(u, tiles_per_unit, total_tiles, H: gl.constexpr, PAIR: gl.constexpr):
+    """A balanced grid's unit u: its row n and this CTA's head block h0. Units run head block by
+    head block (all rows' first block, then all rows' next), so that at an even program count
+    program c and program c + programs / 2 take the same row's tiles at the same time, for the two
+    head blocks of 128 heads, and the second reads the keys the first brought into L2. A pair's
+    CTAs take the two halves of a 128-head block."""
+    rows = _rows(tiles_per_unit, total_tiles, H, PAIR)
+    if PAIR:
+        return u % rows, (u // rows * 2 + gl.program_id(0) % 2) * 64
+    else:
+        return u % rows, u // rows * 64
+
+
+@gluon.jit
+def _run(g, last, r, topk, tiles_per_unit, total_tiles, H: gl.constexpr, PAIR: gl.constexpr):
     """A balanced program's run r, from tile g: its row n, head block h0, top-k range lo .. end,
     whether that is only part of the unit's range (its output then float32 partials), its partial
     rows and where the next run starts. Only a program's first and last runs can be partial: they
@@ -249,8 +270,8 @@ def _run(g, last, r, topk, tiles_per_unit, total_tiles, H: gl.constexpr):
     u = g // tiles_per_unit
     t0 = g - u * tiles_per_unit
     t1 = gl.minimum(last - u * tiles_per_unit, tiles_per_unit)
-    n, h0 = _unit(u, tiles_per_unit, total_tiles, H)
-    part_row = (gl.program_id(0) * 2 + gl.minimum(r, 1)) * 64
+    n, h0 = _unit(u, tiles_per_unit, total_tiles, H, PAIR)
+    part_row = (gl.program_id(0) * 2 + gl.minimum(r, 1)) * 64  # a CTA's own rows
     return (n, h0, t0 * 64, gl.minimum(t1 * 64, topk), (t0 > 0) | (t1 < tiles_per_unit), part_row,
             u * tiles_per_unit + t1)
 
@@ -373,16 +394,16 @@ def _fetch_fp8_tile(buf, entries, k_rope, raw2, scales, kv_ptr, kv_f32_ptr, kv_b
 
 @gluon.jit
 def _program_tiles(idx_ptr, stride_idx, topk, keys_per_split, num_splits, tiles_per_unit, total_tiles,
-                   H: gl.constexpr, BALANCED: gl.constexpr):
+                   H: gl.constexpr, BALANCED: gl.constexpr, PAIR: gl.constexpr):
     """What a gatherer walks (_next_tile): the row and first entry of the program's first tile, how
     many tiles it has, the end of their entries, and for a balanced grid the entry at which a unit
     ends (the walk then goes on at the next row's entry 0) and the rows a head block has."""
     if BALANCED:
-        first, last, runs = _runs(tiles_per_unit, total_tiles)
+        first, last, runs = _runs(tiles_per_unit, total_tiles, PAIR)
         u = first // tiles_per_unit
-        n, h0 = _unit(u, tiles_per_unit, total_tiles, H)
+        n, h0 = _unit(u, tiles_per_unit, total_tiles, H, PAIR)
         return (n, (first - u * tiles_per_unit) * 64, last - first, topk, tiles_per_unit * 64,
-                total_tiles // tiles_per_unit // (H // 64))
+                _rows(tiles_per_unit, total_tiles, H, PAIR))
     else:
         n, h0, split, lo, end, part_row = _split_unit(topk, keys_per_split, num_splits, H)
         return n, lo, _num_tiles(lo, end), end, end, 1
@@ -411,7 +432,7 @@ def _gather(k_lat, k_rope, valid, ready, free, kv_ptr, stride_kv, num_slots, idx
     and which of its rows are valid, into valid[t % 2], so that the scorer's mask costs no global
     load."""
     n, j0, n_tiles, end, unit_end, rows = _program_tiles(idx_ptr, stride_idx, topk, keys_per_split, num_splits,
-                                                         tiles_per_unit, total_tiles, H, BALANCED)
+                                                         tiles_per_unit, total_tiles, H, BALANCED, False)
     lat_idx = _entries(idx_ptr + n.to(gl.int64) * stride_idx, j0, end, LATENT)
     rope_idx = _entries(idx_ptr + n.to(gl.int64) * stride_idx, j0, end, ROPE_ROWS)
     for t in range(n_tiles):
@@ -441,7 +462,7 @@ def _gather_fp8(k_lat, k_rope, raw2, raw3, scales, valid, ready, free, kv_ptr, k
     scales beside) and is rewritten there as bf16 before the scorer hears of it."""
     tiles = (k_rope, raw2, scales, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots)
     n, j0, n_tiles, end, unit_end, rows = _program_tiles(idx_ptr, stride_idx, topk, keys_per_split, num_splits,
-                                                         tiles_per_unit, total_tiles, H, BALANCED)
+                                                         tiles_per_unit, total_tiles, H, BALANCED, False)
     entries = _tile_entries(idx_ptr + n.to(gl.int64) * stride_idx, j0, end)
     for t in range(n_tiles):
         b = t % 2
@@ -490,8 +511,15 @@ def _dequantize_and_push(k_lat, raw_half, scales, ready, free_peer, t, b, R: gl.
 
 
 @gluon.jit
+def _pair_entries(idx_row, j0, end):
+    """A pair's top-k entries j0 .. j0 + 63 (none from end) in the layouts of its three copies."""
+    return _entries(idx_row, j0, end, RAW_HALF), _entries(idx_row, j0, end, SCALES), _entries(idx_row, j0, end, ROPE_ROWS)
+
+
+@gluon.jit
 def _gather_fp8_pair(k_lat, k_rope, raw_half, scales, valid, ready, free, free_peer, kv_ptr, kv_f32_ptr, kv_bf16_ptr,
-                     stride_kv, num_slots, idx_row, lo, end, READY_AT: gl.constexpr, FREE_PEER_AT: gl.constexpr):
+                     stride_kv, num_slots, idx_row, lo, end, idx_ptr, stride_idx, topk, tiles_per_unit, total_tiles,
+                     H: gl.constexpr, BALANCED: gl.constexpr, READY_AT: gl.constexpr, FREE_PEER_AT: gl.constexpr):
     """The FP8 gatherer of a CTA pair (a 128-head row's two head blocks as one cluster): as
     _gather_fp8, but each CTA copies and dequantizes half of every tile's value columns and pushes
     them into the peer's buffer, so each dequantizes half as much (the FP8 gatherer bounds the
@@ -500,13 +528,19 @@ def _gather_fp8_pair(k_lat, k_rope, raw_half, scales, valid, ready, free, free_p
     The handshake: tile t's ready[b] takes this CTA's arrival and the peer's 32 KB; a CTA's
     gatherer, once its own MMAs are done with buffer b, says so on the peer's free_peer[b], which
     the peer waits on before pushing tile t + 2 there. The gatherer sends it, not the MMA
-    warpgroups: from them (two remote arrivals a tile) the pair was 0.80x the one-CTA kernel."""
+    warpgroups: from them (two remote arrivals a tile) the pair was 0.80x the one-CTA kernel.
+
+    A split grid's pair walks top-k entries lo .. end of the row at idx_row; a balanced grid's both
+    CTAs walk their program's runs (_next_tile)."""
     cta_pair.cluster_sync()  # the peer's mbarriers are initialized
     rank = gl.program_id(0) % 2
-    lat_idx = _entries(idx_row, lo, end, RAW_HALF)
-    scale_idx = _entries(idx_row, lo, end, SCALES)
-    rope_idx = _entries(idx_row, lo, end, ROPE_ROWS)
-    for t in range(_num_tiles(lo, end)):
+    n_tiles = _num_tiles(lo, end)
+    if BALANCED:
+        n, lo, n_tiles, end, unit_end, rows = _program_tiles(idx_ptr, stride_idx, topk, 0, 1, tiles_per_unit,
+                                                             total_tiles, H, True, True)
+        idx_row = idx_ptr + n.to(gl.int64) * stride_idx
+    lat_idx, scale_idx, rope_idx = _pair_entries(idx_row, lo, end)
+    for t in range(n_tiles):
         b = t % 2
         if t >= 2:
             mbarrier.wait(free.index(b), (t // 2 - 1) & 1)
@@ -520,9 +554,12 @@ def _gather_fp8_pair(k_lat, k_rope, raw_half, scales, valid, ready, free, free_p
         _copy_rows(k_rope.index(b), kv_bf16_ptr, rope_idx, num_slots, MLA_FP8_BYTES // 2, 264, ROPE_ROWS)
         async_copy.commit_group()
         valid.index(b).store(_valid(rope_idx, num_slots).to(gl.int8))
-        lat_idx = _entries(idx_row, lo + (t + 1) * 64, end, RAW_HALF)  # a tile ahead, under the copies
-        scale_idx = _entries(idx_row, lo + (t + 1) * 64, end, SCALES)
-        rope_idx = _entries(idx_row, lo + (t + 1) * 64, end, ROPE_ROWS)
+        if BALANCED:  # a tile ahead, under the copies
+            n, lo, j_end = _next_tile(n, lo, t, n_tiles, end, unit_end, rows, True)
+            idx_row = idx_ptr + n.to(gl.int64) * stride_idx
+            lat_idx, scale_idx, rope_idx = _pair_entries(idx_row, lo, j_end)
+        else:
+            lat_idx, scale_idx, rope_idx = _pair_entries(idx_row, lo + (t + 1) * 64, end)
         async_copy.wait_group(0)
         barrier()  # (this warpgroup's barrier) every thread's copies have landed
         if rank == 0:
@@ -571,7 +608,7 @@ def _score_run(q_ptr, stride_qn, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         barrier()  # (this warpgroup's barrier) its PV is done with the key buffer
         mbarrier.arrive(free.index(b))
-    if PAIR:
+    if PAIR and not BALANCED:  # (a balanced grid's after its last run: every partition meets it as often)
         cta_pair.cluster_sync()  # the peer's last arrivals on this CTA's mbarriers are in
     inv = _inverse_sum(l_i)
     inv_smem.store(inv)
@@ -599,15 +636,17 @@ def _scorer(q_ptr, stride_qn, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, a
            p_free, done, valid)
     out = (scale_log2, out_ptr, lse_ptr, merged_ptr, merged_lse_ptr, o_smem)  # (a tuple's constexprs would not stay so)
     if BALANCED:
-        first, last, runs = _runs(tiles_per_unit, total_tiles)
+        first, last, runs = _runs(tiles_per_unit, total_tiles, PAIR)
         g = first
         for r in range(runs):
-            n, h0, lo, end, partial, part_row, g_next = _run(g, last, r, topk, tiles_per_unit, total_tiles, H)
+            n, h0, lo, end, partial, part_row, g_next = _run(g, last, r, topk, tiles_per_unit, total_tiles, H, PAIR)
             if r > 0:
                 mbarrier.wait(q_free, (r - 1) & 1)
                 barrier()  # (this warpgroup's barrier) its own warps are done with the staged output too
             _score_run(*run, n, h0, 0, lo, end, g - first, partial, part_row, *out, H, MERGE, PAIR, BALANCED)
             g = g_next
+        if PAIR:
+            cta_pair.cluster_sync()  # the peer's last arrivals on this CTA's mbarriers are in
     else:
         n, h0, split, lo, end, part_row = _split_unit(topk, keys_per_split, num_splits, H)
         _score_run(*run, n, h0, split, lo, end, 0, PARTIAL, part_row, *out, H, MERGE, PAIR, BALANCED)
@@ -629,7 +668,7 @@ def _second_run(q_lat, k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_fre
         barrier()  # (this warpgroup's barrier) its PV is done with P and the key buffer
         mbarrier.arrive(p_free)
         mbarrier.arrive(free.index(t % 2))
-    if PAIR:
+    if PAIR and not BALANCED:
         cta_pair.cluster_sync()
     mbarrier.wait(done, r & 1)
     inv = inv_smem.load(gl.SliceLayout(1, PV))
@@ -651,14 +690,16 @@ def _second_half(q_lat, k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_fr
     run = (q_lat, k_lat, p_smem, alpha_smem, inv_smem, free, p_ready, p_free, done)
     out = (out_ptr, merged_ptr, o_smem)
     if BALANCED:
-        first, last, runs = _runs(tiles_per_unit, total_tiles)
+        first, last, runs = _runs(tiles_per_unit, total_tiles, PAIR)
         g = first
         for r in range(runs):
-            n, h0, lo, end, partial, part_row, g_next = _run(g, last, r, topk, tiles_per_unit, total_tiles, H)
+            n, h0, lo, end, partial, part_row, g_next = _run(g, last, r, topk, tiles_per_unit, total_tiles, H, PAIR)
             _second_run(*run, n, h0, 0, lo, end, g - first, r, partial, part_row, *out, H, MERGE, PAIR, BALANCED)
             g = g_next
             barrier()  # (this warpgroup's barrier) every warp has read 1 / l and its staged output
             mbarrier.arrive(q_free)
+        if PAIR:
+            cta_pair.cluster_sync()
     else:
         n, h0, split, lo, end, part_row = _split_unit(topk, keys_per_split, num_splits, H)
         _second_run(*run, n, h0, split, lo, end, 0, 0, PARTIAL, part_row, *out, H, MERGE, PAIR, BALANCED)
@@ -678,7 +719,7 @@ def _sparse_mla_kernel(
     LAT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 512], gl.bfloat16)
     ROPE: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16)
     PLAIN: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    gl.static_assert(not BALANCED or (MERGE == 0 and not PAIR), "a balanced grid merges in sparse_mla, one CTA a unit")
+    gl.static_assert(not BALANCED or MERGE == 0, "a balanced grid merges in sparse_mla")
     q_lat = gl.allocate_shared_memory(gl.bfloat16, [64, 512], LAT)
     q_rope = gl.allocate_shared_memory(gl.bfloat16, [64, 64], ROPE)
     k_lat = gl.allocate_shared_memory(gl.bfloat16, [2, 64, 512], LAT)
@@ -726,7 +767,7 @@ def _sparse_mla_kernel(
             # a pair's raw halves: a key buffer's bytes as four [64, 256] pieces, half r's raw bytes
             # in piece 2 r, the first of the two its bf16 columns fill
             raw_half = reinterpret(k_lat, gl.float8e4nv, [8, 64, 256], PLAIN)
-            n, h0, split, lo, end, part_row = _split_unit(topk, keys_per_split, num_splits, H)
+            n, h0, split, lo, end, part_row = _split_unit(topk, keys_per_split, num_splits, H)  # (a split grid's)
             gl.warp_specialize([
                 (_scorer, (q_ptr, stride_qn, stride_qh, q_lat, q_rope, k_lat, k_rope, p_smem, alpha_smem, inv_smem,
                            ready, free, p_ready, p_free, done, q_free, valid, topk, keys_per_split, num_splits,
@@ -737,7 +778,8 @@ def _sparse_mla_kernel(
                                 H, PARTIAL, MERGE, PAIR, BALANCED)),
                 (_gather_fp8_pair, (k_lat, k_rope, raw_half, scales, valid, ready, free, free_peer, kv_ptr,
                                     kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots,
-                                    idx_ptr + n.to(gl.int64) * stride_idx, lo, end, READY_AT, FREE_PEER_AT)),
+                                    idx_ptr + n.to(gl.int64) * stride_idx, lo, end, idx_ptr, stride_idx, topk,
+                                    tiles_per_unit, total_tiles, H, BALANCED, READY_AT, FREE_PEER_AT)),
             ], [4, 4], [SECOND_REGS, GATHER_REGS])
         else:
             gl.warp_specialize([
@@ -818,7 +860,6 @@ def launch(q, views, stride_kv, num_slots, indices, topk, part, part_lse, out, l
     (and a split of MERGES, a grid the SMs hold at once and meeting counters on this stream), the
     splits merge into `out` / `lse` in the kernel: True. Otherwise, or if the driver refuses the
     grid as a cooperative launch, the caller's merge kernel has to: False."""
-    global PAIRS
     n, heads, _ = q.shape
     grid = n * split * (heads // BLOCK_H)
     args = [q, q.stride(0), q.stride(1), *views, stride_kv, num_slots, indices, indices.stride(0), topk, part,
@@ -842,22 +883,42 @@ def launch(q, views, stride_kv, num_slots, indices, topk, part, part_lse, out, l
             _launch_pairs(grid, args + placeholders, dict(constexprs, MERGE=0, BALANCED=False))
             return False
         except cta_pair.Unavailable as exc:
-            PAIRS = False
-            log.warning("FP8 sparse MLA at %d heads runs one CTA a head block (no CTA pairs with Triton %s): %s",
-                        heads, triton.__version__, exc)
+            _no_pairs(heads, exc)
     run(*placeholders, MERGE=0)
     return False
 
 
+def _no_pairs(heads: int, exc: Exception) -> None:
+    global PAIRS
+    PAIRS = False
+    log.warning("FP8 sparse MLA at %d heads runs one CTA a head block (no CTA pairs with Triton %s): %s", heads,
+                triton.__version__, exc)
+
+
+def balanced_pairs(heads: int, fp8: bool) -> bool:
+    """Whether a balanced grid runs as CTA pairs: FP8 pools at 128-head blocks, as the split grid's."""
+    return PAIRS and fp8 and heads % 128 == 0
+
+
 def launch_balanced(q, views, stride_kv, num_slots, indices, topk, part, part_lse, out, lse, scale_log2, fp8,
-                    programs: int) -> None:
-    """A balanced grid of `programs` programs (_runs), each an equal share of the tiles of all
-    N * H / 64 (row, head block) units: a unit a program finishes goes to `out` / `lse` in bf16, a
-    run over part of a unit to the float32 rows (program, 0 | 1) of `part` [programs * 2 * 64, 512]
-    / `part_lse` [programs * 2 * 64], for sparse_mla's balanced merge."""
+                    programs: int, pair: bool) -> bool:
+    """A balanced grid of `programs` programs (_runs), each an equal share of the tiles of all (row,
+    head block) units of 64 heads, or with `pair` of 128 heads, a program then two CTAs of a
+    cluster: a unit a program finishes goes to `out` / `lse` in bf16, a run over part of a unit to
+    the float32 rows (CTA, 0 | 1) of `part` [CTAs * 2 * 64, 512] / `part_lse` [CTAs * 2 * 64], for
+    sparse_mla's balanced merge. False where the pair launch is unavailable (PAIRS is then off):
+    nothing ran."""
     n, heads, _ = q.shape
     tiles = triton.cdiv(topk, BLOCK_N)
-    _sparse_mla_kernel[(programs,)](
-        q, q.stride(0), q.stride(1), *views, stride_kv, num_slots, indices, indices.stride(0), topk, part, part_lse,
-        scale_log2, 0, 1, part, out, lse, tiles, n * heads // BLOCK_H * tiles,
-        H=heads, FP8=fp8, PARTIAL=True, MERGE=0, BALANCED=True, num_warps=NUM_WARPS)
+    args = [q, q.stride(0), q.stride(1), *views, stride_kv, num_slots, indices, indices.stride(0), topk, part, part_lse,
+            scale_log2, 0, 1, part, out, lse, tiles, n * heads // (BLOCK_H * (1 + pair)) * tiles]
+    constexprs = dict(H=heads, FP8=fp8, PARTIAL=True, MERGE=0, BALANCED=True, num_warps=NUM_WARPS)
+    if not pair:
+        _sparse_mla_kernel[(programs,)](*args, **constexprs)
+        return True
+    try:
+        _launch_pairs(2 * programs, args, constexprs)
+        return True
+    except cta_pair.Unavailable as exc:
+        _no_pairs(heads, exc)
+        return False

@@ -59,15 +59,15 @@ def sparse_mla(fp8: bool, partial: bool, merge: int = 0, balanced: bool = False)
                 meets="atom.global.gpu.acq_rel.add" in ptx and "ld.global.gpu.acquire" in ptx, ptxas_warnings=warnings)
 
 
-def sparse_mla_pair() -> dict:
-    """The FP8 CTA-pair build at 128 heads, as sparse_mla_gluon._launch_pairs makes it: a first build
-    for its mbarrier offsets, a second with them."""
-    pair = dict(MERGE=0, PAIR=True, READY_AT=0, FREE_PEER_AT=0)
-    probe, _, _ = _build_sparse_mla(True, False, pair)
+def sparse_mla_pair(balanced: bool = False) -> dict:
+    """The FP8 CTA-pair build at 128 heads, of the split grid or the balanced, as
+    sparse_mla_gluon._launch_pairs makes it: a first build for its mbarrier offsets, a second with them."""
+    pair = dict(MERGE=0, PAIR=True, READY_AT=0, FREE_PEER_AT=0, BALANCED=balanced)
+    probe, _, _ = _build_sparse_mla(True, balanced, pair)
     at = sparse_mla_gluon._barrier_offsets(probe.asm["ptx"])
-    k, warnings, spilled = _build_sparse_mla(True, False, dict(pair, READY_AT=at[0], FREE_PEER_AT=at[1]))
+    k, warnings, spilled = _build_sparse_mla(True, balanced, dict(pair, READY_AT=at[0], FREE_PEER_AT=at[1]))
     ptx = k.asm["ptx"]
-    return dict(kernel="sparse_mla_pair", shared=k.metadata.shared, offsets=at,
+    return dict(kernel="sparse_mla_pair", balanced=balanced, shared=k.metadata.shared, offsets=at,
                 offsets_kept=sparse_mla_gluon._barrier_offsets(ptx) == at, setmaxnreg="setmaxnreg" in ptx,
                 cluster_ops=all(op in ptx for op in ("barrier.cluster.arrive.aligned", "mapa.shared::cluster",
                                                      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx",
@@ -101,7 +101,8 @@ if __name__ == "__main__":
         print(json.dumps(sparse_mla(fp8, True, merge)), flush=True)
     for fp8 in (True, False):
         print(json.dumps(sparse_mla(fp8, True, balanced=True)), flush=True)
-    print(json.dumps(sparse_mla_pair()), flush=True)
+    for balanced in (False, True):
+        print(json.dumps(sparse_mla_pair(balanced)), flush=True)
     for next_n in (1, 2, 4):
         print(json.dumps(paged_indexer(next_n, overlap=True)), flush=True)
     print(json.dumps(paged_indexer(2, overlap=False)), flush=True)

@@ -5,6 +5,7 @@ scale to bf16 first), so over an FP8 pool scores carry bf16 rounding of K and ls
 bound than over a bf16 pool.
 """
 
+import itertools
 import logging
 import math
 
@@ -173,27 +174,31 @@ def _balanced_runs(units, tiles, programs):
 
 
 # (units x tiles over programs: the units split) 3 x 4 over 5: every unit; 4 x 3 over 12, a tile a
-# program: every unit, in three pieces; 4 x 2 over 3: unit 2 alone; 1 x 1 over 1: none
-@pytest.mark.parametrize("heads,batch,topk,programs,split", [(64, 3, 200, 5, {0, 1, 2}), (128, 2, 130, 12, {0, 1, 2, 3}),
-                                                             (64, 4, 128, 3, {2}), (64, 1, 64, 1, set())],
-                         ids=["runs-cross-units", "a-unit-over-many-programs", "whole-and-split", "one-whole-unit"])
-def test_the_balanced_merge_joins_each_split_unit_from_its_programs_partial_rows(heads, batch, topk, programs, split):
-    """Partial rows laid out as the balanced grid writes them (a program's first run in row (c, 0),
-    its last in (c, 1), a unit it finishes straight to the output), from the reference's attention
+# program: every unit, in three pieces; 4 x 2 over 3: unit 2 alone; 1 x 1 over 1: none. Two CTAs a
+# program (CTA pairs, a unit 128 heads): 3 x 4 over 5 again, and 2 x 3 over 6, a tile a program
+@pytest.mark.parametrize("heads,batch,topk,programs,ctas,split",
+                         [(64, 3, 200, 5, 1, {0, 1, 2}), (128, 2, 130, 12, 1, {0, 1, 2, 3}), (64, 4, 128, 3, 1, {2}),
+                          (64, 1, 64, 1, 1, set()), (128, 3, 200, 5, 2, {0, 1, 2}), (128, 2, 130, 6, 2, {0, 1})],
+                         ids=["runs-cross-units", "a-unit-over-many-programs", "whole-and-split", "one-whole-unit",
+                              "pairs", "pairs-a-tile-a-program"])
+def test_the_balanced_merge_joins_each_split_unit_from_its_programs_partial_rows(heads, batch, topk, programs, ctas,
+                                                                                split):
+    """Partial rows laid out as the balanced grid writes them (a CTA's first run in row (c, 0), its
+    last in (c, 1), a unit it finishes straight to the output), from the reference's attention
     over each run's top-k range: the merge kernel fills exactly the split units, as the whole range would."""
     q = (torch.randn(batch, heads, 576) * 2).to(torch.bfloat16)
     pool, idx = _pool(True), torch.randint(0, SLOTS, (batch, topk)).int()
     idx[0, 5:] = -1  # a short row: some runs see nothing
     want, want_lse = reference.sparse_mla_ref(q, pool, idx, SCALE)
     want, want_lse = want.to(torch.bfloat16).view(-1, 512), want_lse.view(-1)
-    units, tiles = batch * heads // 64, triton.cdiv(topk, 64)
-    part = torch.full((programs * 2 * 64, 512), float("nan"))
-    part_lse = torch.full((programs * 2 * 64,), float("nan"))
+    units, tiles = batch * heads // (64 * ctas), triton.cdiv(topk, 64)
+    part = torch.full((programs * ctas * 2 * 64, 512), float("nan"))
+    part_lse = torch.full((programs * ctas * 2 * 64,), float("nan"))
     out, lse = torch.full_like(want, float("nan")), torch.full_like(want_lse, float("nan"))
     split_units = set()
     for c, runs in _balanced_runs(units, tiles, programs):
-        for r, (u, t0, t1) in enumerate(runs):
-            n, h0 = u % batch, u // batch * 64  # head block by head block (sparse_mla_gluon._unit)
+        for rank, (r, (u, t0, t1)) in itertools.product(range(ctas), enumerate(runs)):
+            n, h0 = u % batch, (u // batch * ctas + rank) * 64  # head block by head block (sparse_mla_gluon._unit)
             heads_of_u = slice(h0, h0 + 64)
             o, o_lse = reference.sparse_mla_ref(q[n:n + 1, heads_of_u], pool, idx[n:n + 1, t0 * 64:t1 * 64], SCALE)
             if t0 == 0 and t1 == tiles:  # written by the kernel itself
@@ -201,11 +206,11 @@ def test_the_balanced_merge_joins_each_split_unit_from_its_programs_partial_rows
                 out[rows], lse[rows] = o[0].to(torch.bfloat16), o_lse[0]
             else:
                 split_units.add(u)
-                rows = slice((c * 2 + min(r, 1)) * 64, (c * 2 + min(r, 1)) * 64 + 64)
-                part[rows], part_lse[rows] = o[0], o_lse[0] / math.log(2)
+                first = ((c * ctas + rank) * 2 + min(r, 1)) * 64
+                part[first:first + 64], part_lse[first:first + 64] = o[0], o_lse[0] / math.log(2)
     pieces = sparse_mla.balanced_pieces(units, tiles, programs)
-    sparse_mla._merge_balanced_kernel[(programs, 64)](part, part_lse, out, lse, tiles, units * tiles, H=heads,
-                                                      PIECES=triton.next_power_of_2(pieces))
+    sparse_mla._merge_balanced_kernel[(programs * ctas, 64)](part, part_lse, out, lse, tiles, units * tiles, H=heads,
+                                                             PIECES=triton.next_power_of_2(pieces), CTAS=ctas)
     assert split_units == split
     torch.testing.assert_close(out.float(), want.float(), rtol=2**-7, atol=1e-6)
     assert torch.equal(torch.isinf(lse), torch.isinf(want_lse))
@@ -447,29 +452,31 @@ def test_fp8_cta_pairs_give_the_one_cta_kernels_bits(monkeypatch, batch):
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("heads,batch,topk,wave_rows",
-                         [(128, 70, 2048, 0), (128, 4, 2048, 0), (64, 67, 2000, 0), (64, 5, 100, 0), (128, 1, 64, 0),
-                          (128, 70, 2048, 66), (64, 140, 2048, 132)],
+@pytest.mark.parametrize("heads,batch,topk,wave_rows,pairs",
+                         [(128, 70, 2048, 0, True), (128, 4, 2048, 0, True), (64, 67, 2000, 0, True),
+                          (64, 5, 100, 0, True), (128, 1, 64, 0, True), (128, 70, 2048, 66, True),
+                          (64, 140, 2048, 132, True), (128, 70, 2048, 0, False)],
                          ids=["runs-cross-units", "many-pieces", "partial-last-tile", "fewer-tiles-than-sms", "one-tile",
-                              "a-wave-first", "a-wave-first-64-heads"])
+                              "a-wave-first", "a-wave-first-64-heads", "no-pairs"])
 @pytest.mark.parametrize("fp8", [True, False], ids=["fp8", "bf16"])
-def test_a_balanced_grid_gives_the_unsplit_grids_output(fp8, heads, batch, topk, wave_rows):
-    """Every SM's program an equal share of all rows' tiles (after WAVE_ROWS rows on the unsplit grid,
-    in CTA pairs at 128 heads over FP8), its runs crossing units and a unit merged from several
-    programs' partials: a unit one program finishes is the unsplit grid's bit for bit (the same
-    tiles in the same order), a merged one as close to the reference as the unsplit grid, eager and
-    in a CUDA graph."""
+def test_a_balanced_grid_gives_the_unsplit_grids_output(fp8, heads, batch, topk, wave_rows, pairs, monkeypatch):
+    """Every SM's program an equal share of all rows' tiles (after WAVE_ROWS rows on the unsplit grid;
+    at 128 heads over FP8 both grids in CTA pairs), its runs crossing units and a unit merged from
+    several programs' partials: a unit one program finishes is the unsplit grid's bit for bit (the
+    same tiles in the same order), a merged one as close to the reference as the unsplit grid, eager
+    and in a CUDA graph."""
+    monkeypatch.setattr(sparse_mla.sparse_mla_gluon, "PAIRS", pairs)  # restored after the test
     q, pool, idx = _decode_case(batch, heads, fp8, topk=topk)
     config = dict(sparse_mla.mla_config(batch, heads, topk), SPLIT=1, WAVE_ROWS=wave_rows)
     whole, whole_lse = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(config, BALANCED=False), gluon=True)
     out, lse = sparse_mla.sparse_mla(q, pool, idx, SCALE, config=dict(config, BALANCED=True), gluon=True)
     assert torch.equal(out[:wave_rows], whole[:wave_rows]) and torch.equal(lse[:wave_rows], whole_lse[:wave_rows])
-    rows = batch - wave_rows
-    units, tiles = rows * heads // 64, triton.cdiv(topk, 64)
-    programs = min(num_sms(q.device), units * tiles)
+    rows, block = batch - wave_rows, 64 * (1 + sparse_mla.sparse_mla_gluon.balanced_pairs(heads, fp8))  # a unit's heads
+    units, tiles = rows * heads // block, triton.cdiv(topk, 64)
+    programs = min(num_sms(q.device) // (block // 64), units * tiles)
     finished = [u for _, runs in _balanced_runs(units, tiles, programs) for u, t0, t1 in runs if (t0, t1) == (0, tiles)]
     for u in finished:
-        n, h = wave_rows + u % rows, slice(u // rows * 64, u // rows * 64 + 64)
+        n, h = wave_rows + u % rows, slice(u // rows * block, u // rows * block + block)
         assert torch.equal(out[n, h], whole[n, h]) and torch.equal(lse[n, h], whole_lse[n, h]), u
     assert torch.equal(torch.isinf(lse), torch.isinf(whole_lse))
     torch.testing.assert_close(lse, whole_lse, rtol=1e-5, atol=1e-5)
