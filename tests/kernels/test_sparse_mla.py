@@ -497,8 +497,9 @@ def test_a_balanced_grid_gives_the_unsplit_grids_output(fp8, heads, batch, topk,
 
 @pytest.mark.gpu
 @hopper
-def test_a_triton_the_pair_launch_does_not_know_runs_one_cta_with_a_warning(monkeypatch, caplog):
-    q, pool, idx = _decode_case(64, 128, True)
+@pytest.mark.parametrize("batch", [64, 34], ids=["split-grid", "balanced-grid"])
+def test_a_triton_the_pair_launch_does_not_know_runs_one_cta_with_a_warning(batch, monkeypatch, caplog):
+    q, pool, idx = _decode_case(batch, 128, True)
     monkeypatch.setattr(sparse_mla.sparse_mla_gluon, "PAIRS", True)  # restored after the test
 
     def unknown_launcher(*args, **kwargs):
