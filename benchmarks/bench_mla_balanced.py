@@ -23,6 +23,7 @@ import torch
 
 from dsa_kernels import dispatch, sparse_mla
 from graph_timing import alternating_us
+from mla_inputs import random_fp8_pool
 
 SLOTS, TOPK, SCALE = 262144, 2048, 576**-0.5
 
@@ -44,9 +45,7 @@ def main() -> None:
     ap.add_argument("--json", default="mla_balanced.json")
     args = ap.parse_args()
     torch.manual_seed(0)
-    pool = torch.zeros(SLOTS, 656, dtype=torch.uint8, device="cuda")
-    dispatch.store_mla_kv(pool, torch.randn(SLOTS, 512, device="cuda"), torch.randn(SLOTS, 64, device="cuda"),
-                          torch.arange(SLOTS, device="cuda"))
+    pool = random_fp8_pool(SLOTS)
     rows, sms = [], torch.cuda.get_device_properties(0).multi_processor_count
     for spec in args.shapes.split(";"):
         heads, batches = spec.split(":")

@@ -20,6 +20,7 @@ import torch
 from dsa_kernels import cta_pair, dispatch, sparse_mla
 from dsa_kernels import sparse_mla_gluon as gluon_mla
 from graph_timing import alternating_us
+from mla_inputs import random_fp8_pool
 
 SLOTS, TOPK, SCALE = 262144, 2048, 576**-0.5
 
@@ -43,9 +44,7 @@ def main() -> None:
     args = ap.parse_args()
     gluon_mla.PAIR_MIN_TILES = args.min_tiles
     torch.manual_seed(0)
-    pool = torch.zeros(SLOTS, 656, dtype=torch.uint8, device="cuda")
-    dispatch.store_mla_kv(pool, torch.randn(SLOTS, 512, device="cuda"), torch.randn(SLOTS, 64, device="cuda"),
-                          torch.arange(SLOTS, device="cuda"))
+    pool = random_fp8_pool(SLOTS)
     launches = []
     real_launch = cta_pair.launch
     cta_pair.launch = lambda *a, **k: launches.append(a[1]) or real_launch(*a, **k)

@@ -6,7 +6,8 @@
 FP8 pool of 262144 slots, top-k 2048, random slots. CUDA graphs of ~10 ms replayed five times, the
 two kernels alternating for two rounds, best of each. "ours" is sparse_mla.sparse_mla with its own
 schedule (split grid, CTA pairs, balanced grid, or whole waves and then a balanced grid); each row
-records that schedule and what "auto" picks. The JSON is rewritten after every row, so a call cut off by its timeout keeps the finished rows.
+records that schedule and what "auto" picks. The JSON is rewritten after every row, so a call cut
+off by its timeout keeps the finished rows.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 
 from dsa_kernels import dispatch, sparse_mla
 from graph_timing import alternating_us
+from mla_inputs import random_fp8_pool
 
 K, SLOTS, SCALE = 2048, 262144, 576**-0.5
 # 64 heads: every row to 264 (two waves of 132 SMs); 128 heads: every row to 132, then every 4th.
@@ -31,9 +33,7 @@ def main() -> None:
     parser.add_argument("--heads", default="64,128")
     args = parser.parse_args()
     torch.manual_seed(0)
-    kv = torch.zeros(SLOTS, 656, dtype=torch.uint8, device="cuda")
-    dispatch.store_mla_kv(kv, torch.randn(SLOTS, 512, device="cuda"), torch.randn(SLOTS, 64, device="cuda"),
-                          torch.arange(SLOTS, device="cuda"))
+    kv = random_fp8_pool(SLOTS)
     rows, started = [], time.time()
     for heads in map(int, args.heads.split(",")):
         for n in ROWS[heads]:

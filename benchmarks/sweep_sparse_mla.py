@@ -25,6 +25,7 @@ import triton.testing
 
 from dsa_kernels import dispatch, reference, sparse_mla
 from graph_timing import graph_ms
+from mla_inputs import random_fp8_pool
 
 K, SLOTS, SCALE = 2048, 262144, 576**-0.5
 # (BLOCK_H, BLOCK_N, warps, stages): 16/32-head blocks run mma v2, whose operands live in
@@ -108,9 +109,7 @@ def main() -> None:
     ap.add_argument("--json")
     a = ap.parse_args()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    pool = torch.zeros(SLOTS, 656, dtype=torch.uint8, device="cuda")  # FlashMLA's sparse decode reads FP8 only
-    dispatch.store_mla_kv(pool, torch.randn(SLOTS, 512, device="cuda"), torch.randn(SLOTS, 64, device="cuda"),
-                          torch.arange(SLOTS, device="cuda"))
+    pool = random_fp8_pool(SLOTS)  # FlashMLA's sparse decode reads FP8 only
     cases = [(int(h), int(b)) for h in a.heads.split(",") for b in a.batches.split(",")]
     start, rows = time.time(), []
     for i, (heads, batch) in enumerate(cases):

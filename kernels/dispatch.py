@@ -1,17 +1,16 @@
 """Public entry points: DeepGEMM / FlashMLA where they import and support the GPU, our Triton
 kernels otherwise on a GPU, the PyTorch references on the CPU.
 
-`backend` picks one explicitly ("reference", "triton", "deepgemm", "flashmla"); "auto" (the
-default) follows the order above, with two exceptions: the call shapes where our Gluon kernels
-measured faster than the library (the paged indexer but for next_n 2 on large grids, sparse MLA
-decode on small grids and 64-head grids that fill their waves: _ours_instead_of_deepgemm,
-_ours_instead_of_flashmla), and batch-invariant
-mode (kernels/batch_invariant.py), where every entry keeps to ours. "ours" is "auto" without the
-libraries. A library that is absent, fails to load, or refuses a shape is
-never an error under "auto": the call falls through to ours, "triton" (Gluon on Hopper; logged once per
-reason). Our kernels over e4m3 data need compute capability 8.9 (Triton compiles e4m3 from Ada
-on): on an older GPU (A100, A10) "auto" and "ours" run those calls on the references, on the GPU,
-with one warning.
+`backend` picks one explicitly ("reference", "triton", "deepgemm", "flashmla"); "auto" (the default)
+follows the order above, with two exceptions: the call shapes where our Gluon kernels measured
+faster than the library (the paged indexer but for next_n 2 on large grids, sparse MLA decode on
+small grids and 64-head grids that fill their waves: _ours_instead_of_deepgemm,
+_ours_instead_of_flashmla), and batch-invariant mode (kernels/batch_invariant.py), where every entry
+keeps to ours. "ours" is "auto" without the libraries. A library that is absent, fails to load, or
+refuses a shape is never an error under "auto": the call falls through to ours, "triton" (Gluon on
+Hopper; logged once per reason). Our kernels over e4m3 data need compute capability 8.9 (Triton
+compiles e4m3 from Ada on): on an older GPU (A100, A10) "auto" and "ours" run those calls on the
+references, on the GPU, with one warning.
 """
 
 from __future__ import annotations
@@ -146,7 +145,7 @@ def _ours_instead_of_flashmla(q, kv_pool, topk: int) -> bool:
     """Whether "auto" takes our sparse MLA decode (the Gluon kernel) over FlashMLA's. From the H100
     sweep of every row count (FP8 pool, top-k 2048; docs/PERFORMANCE.md, "Ours against FlashMLA at
     every row count"):
-    - up to six (row, 64-head block) units, 1-3 rows of 128 heads and 1-6 of 64: 1.00-1.32x;
+    - up to six (row, 64-head block) units, 1-3 rows of 128 heads and 1-6 of 64: 1.01-1.33x;
     - at 64 heads, where our grid keeps its waves full (_fills_its_waves): 16 and 21-66 rows
       (split in one wave) 0.98-1.29x, 89-132 and 220-264 (unsplit, the last wave at least two
       thirds full) 0.98-1.16x.

@@ -242,9 +242,9 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     each, is whichever _split_time models fastest among the largest power of two that keeps one
     wave (32 at batch 1, 2 at batch 32 of 128 heads; half a wave where programs would be shorter
     than SHORT_PROGRAM_TILES: 16 at batch 2) and 1 to 4 splits (3 at batch 17-22 and 34-44 of 128
-    heads). BALANCED: where that split takes a second wave, a balanced grid (a program an SM,
-    sparse_mla_gluon.launch_balanced) if it models 5% faster (_balanced_wins: 34-41 rows of 128
-    heads, 67-83 of 64).
+    heads). BALANCED: where that split takes a second wave, a balanced grid (a program an SM, a CTA
+    pair two at 128 heads over FP8: sparse_mla_gluon.launch_balanced) if it models 5% faster
+    (_balanced_wins: 34-41 rows of 128 heads, 67-83 of 64).
 
     Past a wave, rows run unsplit, the rows of the whole waves on the split grid (CTA pairs at 128
     heads over FP8), and the rest, where it would fill less than half a wave (_tail_balanced), on a
@@ -277,7 +277,7 @@ def _balanced_wins(units: int, tiles: int, split: int, num_sms: int) -> bool:
     """Whether a balanced grid models faster than the split grid's `split` for units that one wave
     of unsplit programs holds, where that split takes a second wave: a wave of programs, shorter or
     not, runs faster than a balanced grid's tiles (fewer SMs busy, a higher clock at the power cap;
-    CTA pairs at 128 heads)."""
+    no run boundaries)."""
     if cdiv(units * split, num_sms) < 2:
         return False
     return _balanced_time(units, tiles, num_sms) < _BALANCED_MARGIN * _split_time(units, tiles, split, num_sms)
@@ -420,7 +420,8 @@ def sparse_mla(
             _balanced(*(t[rest] if wave_rows else t for t in (q, indices, out, lse)), views, stride_kv,
                       kv_pool.shape[0], sm_scale, fp8)
             return out, lse
-        return with_fallback(_GLUON, run, lambda: sparse_mla(q, kv_pool, indices, sm_scale, gluon=False)) if chosen else run()
+        triton_kernel = lambda: sparse_mla(q, kv_pool, indices, sm_scale, gluon=False)  # noqa: E731
+        return with_fallback(_GLUON, run, triton_kernel) if chosen else run()
 
     # Split rows keep fp32 partials. A long run of them (a prefill chunk under batch-invariant mode,
     # where the split does not fall with the rows) goes in slices that bound those to

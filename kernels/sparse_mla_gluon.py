@@ -46,7 +46,7 @@ Otherwise sparse_mla's merge kernel merges them, one launch later.
 A grid of whole or split units leaves SMs idle in its last wave. A balanced grid (BALANCED,
 launch_balanced; mla_config's at batch 34-41 of 128 heads, and for the rows past whole waves of
 unsplit programs where they fill under half a wave: 67-98, 133-164... of 128 heads) has one program
-an SM, each taking an equal share of all units' tiles (_runs), unit after unit, head block by head
+an SM (a CTA pair two), each taking an equal share of all units' tiles (_runs), unit after unit, head block by head
 block (_unit), as runs of one unit each (_run). The warpgroups loop over the runs with their tile
 and mbarrier phase counts carried through; the gatherer walks the tiles without knowing where a run
 ends (_next_tile). A run over a whole unit writes bf16 output, bit for bit the unsplit grid's; a
@@ -252,8 +252,8 @@ def _unit(u, tiles_per_unit, total_tiles, H: gl.constexpr, PAIR: gl.constexpr):
     """A balanced grid's unit u: its row n and this CTA's head block h0. Units run head block by
     head block (all rows' first block, then all rows' next), so that at an even program count
     program c and program c + programs / 2 take the same row's tiles at the same time, for the two
-    head blocks of 128 heads, and the second reads the keys the first brought into L2. A pair's
-    CTAs take the two halves of a 128-head block."""
+    head blocks of 128 heads one CTA a program, and the second reads the keys the first brought
+    into L2. A pair's CTAs take the two halves of a 128-head block."""
     rows = _rows(tiles_per_unit, total_tiles, H, PAIR)
     if PAIR:
         return u % rows, (u // rows * 2 + gl.program_id(0) % 2) * 64
@@ -513,7 +513,8 @@ def _dequantize_and_push(k_lat, raw_half, scales, ready, free_peer, t, b, R: gl.
 @gluon.jit
 def _pair_entries(idx_row, j0, end):
     """A pair's top-k entries j0 .. j0 + 63 (none from end) in the layouts of its three copies."""
-    return _entries(idx_row, j0, end, RAW_HALF), _entries(idx_row, j0, end, SCALES), _entries(idx_row, j0, end, ROPE_ROWS)
+    return (_entries(idx_row, j0, end, RAW_HALF), _entries(idx_row, j0, end, SCALES),
+            _entries(idx_row, j0, end, ROPE_ROWS))
 
 
 @gluon.jit

@@ -456,8 +456,8 @@ def test_fp8_cta_pairs_give_the_one_cta_kernels_bits(monkeypatch, batch):
                          [(128, 70, 2048, 0, True), (128, 4, 2048, 0, True), (64, 67, 2000, 0, True),
                           (64, 5, 100, 0, True), (128, 1, 64, 0, True), (128, 70, 2048, 66, True),
                           (64, 140, 2048, 132, True), (128, 70, 2048, 0, False)],
-                         ids=["runs-cross-units", "many-pieces", "partial-last-tile", "fewer-tiles-than-sms", "one-tile",
-                              "a-wave-first", "a-wave-first-64-heads", "no-pairs"])
+                         ids=["runs-cross-units", "many-pieces", "partial-last-tile", "fewer-tiles-than-sms",
+                              "one-tile", "a-wave-first", "a-wave-first-64-heads", "no-pairs"])
 @pytest.mark.parametrize("fp8", [True, False], ids=["fp8", "bf16"])
 def test_a_balanced_grid_gives_the_unsplit_grids_output(fp8, heads, batch, topk, wave_rows, pairs, monkeypatch):
     """Every SM's program an equal share of all rows' tiles (after WAVE_ROWS rows on the unsplit grid;

@@ -7,7 +7,8 @@ heads, batch, topk, wave = map(int, sys.argv[1:5])
 torch.manual_seed(batch)
 SLOTS=1<<16
 pool = torch.zeros(SLOTS, 656, dtype=torch.uint8, device="cuda")
-dispatch.store_mla_kv(pool, torch.randn(SLOTS, 512, device="cuda"), torch.randn(SLOTS, 64, device="cuda"), torch.arange(SLOTS, device="cuda"))
+dispatch.store_mla_kv(pool, torch.randn(SLOTS, 512, device="cuda"), torch.randn(SLOTS, 64, device="cuda"),
+                      torch.arange(SLOTS, device="cuda"))
 q = torch.randn(batch, heads, 576, device="cuda").to(torch.bfloat16)
 idx = torch.randint(0, SLOTS, (batch, topk), device="cuda").int()
 idx[0, 700:] = -1
@@ -19,7 +20,8 @@ print(json.dumps(dict(heads=heads, batch=batch, topk=topk, wave=wave, pairs=spar
       rel=float((a.float()-b.float()).norm()/a.float().norm()), lse=float((la-lb).abs().nan_to_num().max()))))
 '''
 ok = True
-for shape in ("128 34 2048 0", "128 70 2048 66", "128 4 2048 0", "128 1 64 0", "128 100 2048 0", "128 45 2048 0", "256 20 2048 0"):
+for shape in ("128 34 2048 0", "128 70 2048 66", "128 4 2048 0", "128 1 64 0", "128 100 2048 0", "128 45 2048 0",
+              "256 20 2048 0"):
     try:
         r = subprocess.run([sys.executable, "-c", CASE, *shape.split()], capture_output=True, text=True, timeout=90)
         print(shape, r.stdout.strip()[-300:], r.stderr.strip()[-600:] if r.returncode else "", flush=True)
