@@ -247,9 +247,9 @@ def mla_config(n: int, heads: int, topk: int, num_sms: int = 132) -> dict:
     (_balanced_wins: 34-41 rows of 128 heads, 67-83 of 64).
 
     Past a wave, rows run unsplit, the rows of the whole waves on the split grid (CTA pairs at 128
-    heads over FP8), and the rest, where it would fill less than half a wave (_tail_balanced), on a
-    balanced grid after them (WAVE_ROWS, BALANCED). That is 67-98, 133-164, 199-230... rows of 128
-    heads and 133-197 of 64 on 132 SMs: 1.02-1.50x the split grid and 1.02-1.12x a balanced grid
+    heads over FP8), and the rest, where it would fill at most half a wave (_tail_balanced), on a
+    balanced grid after them (WAVE_ROWS, BALANCED). That is 67-99, 133-165, 199-231... rows of 128
+    heads and 133-198 of 64 on 132 SMs: 1.02-1.50x the split grid and 1.02-1.12x a balanced grid
     of all rows on the H100 (docs/PERFORMANCE.md, "Whole waves, then a balanced tail").
 
     Under batch-invariant mode the split is set by top-k alone (INVARIANT_KEYS_PER_SPLIT), so that a
@@ -285,11 +285,11 @@ def _balanced_wins(units: int, tiles: int, split: int, num_sms: int) -> bool:
 
 def _tail_balanced(rest: int, per_wave: int, blocks: int, tiles: int, num_sms: int) -> bool:
     """Whether the `rest` rows past whole waves of unsplit programs run on a balanced grid: where they
-    would fill less than half a wave, and the model has a balanced grid beat a wave of programs
-    (not for short top-k ranges, whose balanced grid is mostly its call). On the H100 the balanced
-    tail still won at 52% of a wave and lost from 59% (at one, two and three whole waves, 128 heads
-    over FP8, and 64 heads)."""
-    return 0 < 2 * rest < per_wave and _balanced_time(rest * blocks, tiles, num_sms) < _split_time(
+    would fill at most half a wave, and the model has a balanced grid beat a wave of programs (not
+    for short top-k ranges, whose balanced grid is mostly its call). On the H100 (one, two and three
+    whole waves, 128 heads over FP8 in pairs, and 64 heads) the balanced tail won 1.08-1.10x at
+    exactly half a wave and 1.00-1.05x to 53%, was 0.995-1.026x at 56%, and level or lost from 59%."""
+    return 0 < 2 * rest <= per_wave and _balanced_time(rest * blocks, tiles, num_sms) < _split_time(
         rest * blocks, tiles, 1, num_sms)
 
 

@@ -45,7 +45,7 @@ Otherwise sparse_mla's merge kernel merges them, one launch later.
 
 A grid of whole or split units leaves SMs idle in its last wave. A balanced grid (BALANCED,
 launch_balanced; mla_config's at batch 34-41 of 128 heads, and for the rows past whole waves of
-unsplit programs where they fill under half a wave: 67-98, 133-164... of 128 heads) has one program
+unsplit programs where they fill half a wave or less: 67-99, 133-165... of 128 heads) has one program
 an SM (a CTA pair two), each taking an equal share of all units' tiles (_runs), unit after unit, head block by head
 block (_unit), as runs of one unit each (_run). The warpgroups loop over the runs with their tile
 and mbarrier phase counts carried through; the gatherer walks the tiles without knowing where a run

@@ -103,18 +103,18 @@ def test_grids_whose_split_takes_a_second_wave_run_balanced():
 
 
 def test_rows_past_whole_waves_run_balanced_where_they_would_fill_under_half_a_wave():
-    # 128 heads on 132 SMs: a wave holds 66 unsplit rows. 67-98 rows: 66 in a wave, the rest (1-32)
-    # balanced; 99-132 two waves unsplit; 133-164 two waves and a balanced rest. 64 heads: 132 a wave
+    # 128 heads on 132 SMs: a wave holds 66 unsplit rows. 67-99 rows: 66 in a wave, the rest (1-33)
+    # balanced; 100-132 two waves unsplit; 133-165 two waves and a balanced rest. 64 heads: 132 a wave
     def grid(batch, heads):
         cfg = sparse_mla.mla_config(batch, heads, 2048, num_sms=132)
         return cfg["SPLIT"], cfg["BALANCED"], cfg["WAVE_ROWS"]
 
-    for batch in range(67, 99):
+    for batch in range(67, 100):
         assert grid(batch, 128) == (1, True, 66), batch
-    for batch in (*range(99, 133), 165, 198):
+    for batch in (*range(100, 133), 166, 198):
         assert grid(batch, 128) == (1, False, 0), batch
-    assert grid(133, 128) == grid(164, 128) == (1, True, 132) and grid(200, 128) == (1, True, 198)
-    assert grid(133, 64) == grid(197, 64) == (1, True, 132) and grid(198, 64) == grid(264, 64) == (1, False, 0)
+    assert grid(133, 128) == grid(165, 128) == (1, True, 132) and grid(200, 128) == (1, True, 198)
+    assert grid(133, 64) == grid(198, 64) == (1, True, 132) and grid(199, 64) == grid(264, 64) == (1, False, 0)
     # short top-k ranges: a balanced grid is mostly its call
     assert not sparse_mla.mla_config(140, 128, 256, num_sms=132)["BALANCED"]
     with pytest.MonkeyPatch.context() as m:
