@@ -45,14 +45,14 @@ Otherwise sparse_mla's merge kernel merges them, one launch later.
 
 A grid of whole or split units leaves SMs idle in its last wave. A balanced grid (BALANCED,
 launch_balanced; mla_config's at batch 34-41 of 128 heads, and for the rows past whole waves of
-unsplit programs where they fill half a wave or less: 67-99, 133-165... of 128 heads) has one program
-an SM (a CTA pair two), each taking an equal share of all units' tiles (_runs), unit after unit, head block by head
-block (_unit), as runs of one unit each (_run). The warpgroups loop over the runs with their tile
-and mbarrier phase counts carried through; the gatherer walks the tiles without knowing where a run
-ends (_next_tile). A run over a whole unit writes bf16 output, bit for bit the unsplit grid's; a
-program's first and last runs, where they cover part of a unit, write float32 partials, which
-sparse_mla's balanced merge joins (1.03-1.35x the split grid at those batches on the H100,
-docs/PERFORMANCE.md, "A balanced grid for the batches between waves").
+unsplit programs where they fill half a wave or less: 67-99, 133-165... of 128 heads) has one
+program an SM (a CTA pair two), each taking an equal share of all units' tiles (_runs), unit after
+unit, head block by head block (_unit), as runs of one unit each (_run). The warpgroups loop over
+the runs with their tile and mbarrier phase counts carried through; the gatherer walks the tiles
+without knowing where a run ends (_next_tile). A run over a whole unit writes bf16 output, bit for
+bit the unsplit grid's; a program's first and last runs, where they cover part of a unit, write
+float32 partials, which sparse_mla's balanced merge joins (1.03-1.35x the split grid at those
+batches on the H100, docs/PERFORMANCE.md, "A balanced grid for the batches between waves").
 """
 
 from __future__ import annotations
