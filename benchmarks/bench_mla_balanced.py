@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import time
 
 import torch
 
 from dsa_kernels import dispatch, sparse_mla
 from graph_timing import alternating_us
-from mla_inputs import random_fp8_pool
+from mla_bench import random_fp8_pool, save_rows
 
 SLOTS, TOPK, SCALE = 262144, 2048, 576**-0.5
 
@@ -31,11 +30,11 @@ SLOTS, TOPK, SCALE = 262144, 2048, 576**-0.5
 def _one_cta(fn):
     """fn with CTA pairs off (sparse_mla_gluon.PAIRS), as a capture records it too."""
     def run():
-        sparse_mla.sparse_mla_gluon.PAIRS = False
+        pairs, sparse_mla.sparse_mla_gluon.PAIRS = sparse_mla.sparse_mla_gluon.PAIRS, False
         try:
             return fn()
         finally:
-            sparse_mla.sparse_mla_gluon.PAIRS = True
+            sparse_mla.sparse_mla_gluon.PAIRS = pairs
     return run
 
 
@@ -85,8 +84,7 @@ def main() -> None:
                 r[name + "_vs_flashmla"] = round(best["flashmla"] / best[name], 3)
             rows.append(r)
             print(json.dumps(r), flush=True)
-            with open(args.json, "w") as f:
-                json.dump(dict(date=time.strftime("%Y-%m-%d"), gpu=torch.cuda.get_device_name(), rows=rows), f, indent=1)
+            save_rows(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
 
 from dsa_kernels import cta_pair, dispatch, sparse_mla
 from dsa_kernels import sparse_mla_gluon as gluon_mla
 from graph_timing import alternating_us
-from mla_inputs import random_fp8_pool
+from mla_bench import random_fp8_pool, save_rows
 
 SLOTS, TOPK, SCALE = 262144, 2048, 576**-0.5
 
@@ -73,8 +72,7 @@ def main() -> None:
                  one_vs_flashmla=round(best["flashmla"] / best["one_cta"], 3))
         rows.append(r)
         print(json.dumps(r), flush=True)
-        with open(args.json, "w") as f:
-            json.dump(dict(date=time.strftime("%Y-%m-%d"), gpu=torch.cuda.get_device_name(), rows=rows), f, indent=1)
+        save_rows(args.json, rows)
 
 
 if __name__ == "__main__":

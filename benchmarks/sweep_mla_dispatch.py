@@ -20,7 +20,7 @@ import torch
 
 from dsa_kernels import dispatch, sparse_mla
 from graph_timing import alternating_us
-from mla_inputs import random_fp8_pool
+from mla_bench import random_fp8_pool, save_rows
 
 K, SLOTS, SCALE = 2048, 262144, 576**-0.5
 # 64 heads: every row to 264 (two waves of 132 SMs); 128 heads: every row to 132, then every 4th.
@@ -51,8 +51,7 @@ def main() -> None:
                        ours_over_flashmla=round(best["flashmla"] / best["ours"], 3))
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "all"}), flush=True)
-            json.dump(dict(date=time.strftime("%Y-%m-%d"), gpu=torch.cuda.get_device_name(),
-                           seconds=round(time.time() - started), rows=rows), open(args.json, "w"), indent=1)
+            save_rows(args.json, rows, seconds=round(time.time() - started))
 
 
 if __name__ == "__main__":

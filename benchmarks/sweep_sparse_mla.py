@@ -25,7 +25,7 @@ import triton.testing
 
 from dsa_kernels import dispatch, reference, sparse_mla
 from graph_timing import graph_ms
-from mla_inputs import random_fp8_pool
+from mla_bench import random_fp8_pool, save_rows
 
 K, SLOTS, SCALE = 2048, 262144, 576**-0.5
 # (BLOCK_H, BLOCK_N, warps, stages): 16/32-head blocks run mma v2, whose operands live in
@@ -118,8 +118,7 @@ def main() -> None:
         rows.append(_case(pool, heads, batch, sms, deadline, a.gluon))
         print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("fastest", "best_per_block_h")}), flush=True)
         if a.json:
-            with open(a.json, "w") as f:
-                json.dump(dict(date=time.strftime("%Y-%m-%d"), gpu=torch.cuda.get_device_name(), rows=rows), f, indent=1)
+            save_rows(a.json, rows)
     for r in rows:
         print(f"batch {r['batch']}: best {r['best_ms']} ms ({r['best_speed_over_flashmla']}x FlashMLA {r['flashmla_ms']} ms)"
               f" {r['best']}; default {r['default_ms']} ms ({r['default_speed_over_flashmla']}x);"
