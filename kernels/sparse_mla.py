@@ -156,12 +156,12 @@ def _merge_splits_kernel(part_ptr, part_lse_ptr, out_ptr, lse_ptr, num_splits, H
 @triton.jit
 def _merge_balanced_kernel(part_ptr, part_lse_ptr, out_ptr, lse_ptr, tiles_per_unit, total_tiles, H: tl.constexpr,
                            PIECES: tl.constexpr, CTAS: tl.constexpr):
-    """The merge of a balanced grid (kernels/sparse_mla_gluon._runs, same CTAs): program (c, head)
-    merges the unit that CTA c's program starts and does not finish, if any, from its pieces: c's
-    run of it (partial row (c, 0) if that is c's first run, else (c, 1)), then the first runs, rows
-    (c', 0), of the programs after c's that the unit reaches, in their CTA of c's rank. Units a
-    program finished are out. A program is CTAS CTAs (2: a pair, each 64 heads of a 128-head unit);
-    unit u is row u % rows, head block u // rows (sparse_mla_gluon._unit)."""
+    """The merge of a balanced grid (kernels/sparse_mla_gluon_schedule.balanced_share, same CTAs):
+    program (c, head) merges the unit that CTA c's program starts and does not finish, if any, from
+    its pieces: c's run of it (partial row (c, 0) if that is c's first run, else (c, 1)), then the
+    first runs, rows (c', 0), of the programs after c's that the unit reaches, in their CTA of c's
+    rank. Units a program finished are out. A program is CTAS CTAs (2: a pair, each 64 heads of a
+    128-head unit); unit u is row u % rows, head block u // rows (balanced_unit there)."""
     c = tl.program_id(0)
     head = tl.program_id(1)
     program, rank = c // CTAS, c % CTAS

@@ -26,7 +26,7 @@ def test_gluon_kernels_build_for_hopper():
         assert 200 * 1024 < k["shared"] <= MAX_SHARED and k["cp_async"], k
         assert k["setmaxnreg"], k  # three warpgroups for either pool, registers reallocated
         # the splits meet only where they merge in the kernel, whose loads spill no more than a few
-        # words (its passes' widths, kernels/sparse_mla_gluon._merge_share; 76 bytes at two splits over
+        # words (its passes' widths, kernels/sparse_mla_gluon_meet.merge_share; 76 bytes at two splits over
         # an FP8 pool with Triton 3.9, 60 with 3.6, the GPU machine's); a balanced grid's warpgroups
         # carry their runs' state besides (104 bytes over an FP8 pool with 3.9, 128 with 3.6)
         assert k["meets"] == bool(k["merge"]) and k["spilled"] <= (128 if k["balanced"] else 80), k

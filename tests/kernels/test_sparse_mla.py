@@ -161,7 +161,8 @@ def test_merge_programs_hold_at_most_128_values_a_thread():
 
 
 def _balanced_runs(units, tiles, programs):
-    """kernels/sparse_mla_gluon._runs / _run in Python: each program's runs (unit, first tile, end)."""
+    """kernels/sparse_mla_gluon_schedule.balanced_share / balanced_run in Python: each program's runs
+    (unit, first tile, end)."""
     total = units * tiles
     for c in range(programs):
         g, last, runs = c * total // programs, (c + 1) * total // programs, []
@@ -198,7 +199,8 @@ def test_the_balanced_merge_joins_each_split_unit_from_its_programs_partial_rows
     split_units = set()
     for c, runs in _balanced_runs(units, tiles, programs):
         for rank, (r, (u, t0, t1)) in itertools.product(range(ctas), enumerate(runs)):
-            n, h0 = u % batch, (u // batch * ctas + rank) * 64  # head block by head block (sparse_mla_gluon._unit)
+            # head block by head block (sparse_mla_gluon_schedule.balanced_unit)
+            n, h0 = u % batch, (u // batch * ctas + rank) * 64
             heads_of_u = slice(h0, h0 + 64)
             o, o_lse = reference.sparse_mla_ref(q[n:n + 1, heads_of_u], pool, idx[n:n + 1, t0 * 64:t1 * 64], SCALE)
             if t0 == 0 and t1 == tiles:  # written by the kernel itself
