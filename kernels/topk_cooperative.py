@@ -8,13 +8,15 @@ once and may wait for each other), each holding its slice of the row in register
 Once rows pass half the SMs a row is one program, which waits for no other: those launches are
 plain and take any number of rows of up to 32K keys. A program whose span of the row is longer
 than a slice (up to four slices; on 132 SMs, rows of 32K keys from 64 rows on, 32 of 128K) reads
-it a slice at a time and holds only its list (step 2, _streamed):
+it a slice at a time and holds only its list (step 2, _streamed). This module holds the kernel,
+its streamed path and the launch; the steps the programs take together are in
+kernels/topk_rounds.py (imported as `rounds`):
 
 1. every program of the row reads the same strided sample of it and brackets the k-th key by
    value: the sample's keys ranked 3 binomial standard deviations either side of where the k-th
-   key's rank falls in the sample, located to a 64th of the sample's span (_bracket). The first
-   round splits the bracket 62 ways, with one bin below it and one above: ~30 keys of a normal 32K
-   row then share the k-th key's bin;
+   key's rank falls in the sample, located to a 64th of the sample's span (rounds.bracket). The
+   first round splits the bracket 62 ways, with one bin below it and one above: ~30 keys of a
+   normal 32K row then share the k-th key's bin;
 2. each program lists the positions of its keys in the first round's bins above the lowest (those
    at or above the bracket, a tenth of a normal 32K row), in order, and reads their logits again
    through the list; every later step (histograms, gather, output) then works on the list, a
@@ -54,271 +56,31 @@ import triton
 import triton.language as tl
 
 from . import grid_barrier
+from . import topk_rounds as rounds
 from .host_math import cdiv, next_power_of_2
 from .topk import _ordered_key, _row, _scatter, _transform
+from .topk_rounds import BINS
 from .triton_dot import INTERPRET
 
-BINS = tl.constexpr(64)
-VALUE_ROUNDS = tl.constexpr(3)
 PAIR_CAP = 64  # the most keys of the last bin ranked pairwise ([PAIR_CAP, PAIR_CAP] compares a program)
-SAMPLE = 1024  # keys of the sample that places the first round's bins (_bracket)
+SAMPLE = 1024  # keys of the sample that places the first round's bins (rounds.bracket)
 MIN_SLICE, MAX_SLICE = 512, 8192  # keys a program holds (device_parts)
 MAX_SPAN = 4 * MAX_SLICE  # keys a program reads, a slice at a time (_streamed)
-MAX_PARTS = 128  # a meeting adds 128 / P per program (_meet)
-
-
-@triton.jit
-def _meet(counter, P: tl.constexpr):
-    """Wait until the row's P programs have all arrived. The release / acquire pair orders every
-    program's global stores before the loads of the others after the meeting, plain loads
-    included: they may then be served from L1 (the acquire invalidates it), so the histograms and
-    gathered keys that all of a program's threads read reach L2 once an SM instead of once a
-    thread (H100: batch 2 / 64K 14.2 -> 10.6 us against loads that bypass L1). A row of one
-    program meets only itself: the block barrier orders its threads' stores before their loads
-    (H100: 128 / 32K 33.8 -> 30.8 us behind the indexer, two meetings of ~2000 cycles saved)."""
-    tl.debug_barrier()  # every thread's stores come before the release below
-    if P > 1:
-        arrived = tl.atomic_add(counter, 128 // P, sem="acq_rel", scope="gpu")
-        target = (arrived & -128) + 128
-        while tl.atomic_add(counter, 0, sem="acquire", scope="gpu") - target < 0:
-            pass
-        tl.debug_barrier()
-
-
-@triton.jit
-def _add(a0, a1, b0, b1):
-    return a0 + b0, a1 + b1
-
-
-@triton.jit
-def _count_max_min(n_a, above_a, at_a, above_mine_a, at_mine_a, n_b, above_b, at_b, above_mine_b, at_mine_b):
-    return (n_a + n_b, tl.maximum(above_a, above_b), tl.minimum(at_a, at_b), tl.maximum(above_mine_a, above_mine_b),
-            tl.minimum(at_mine_a, at_mine_b))
-
-
-@triton.jit
-def _pick_bin(hists, earlier, need):
-    """From the row's histograms [P, BINS] (earlier: the rows of the programs before this one), the
-    bin of the need-th largest live key: the bin, the keys above it and in it, and of those, the
-    earlier programs' counts. One reduction, one scan and one reduction, as each costs a round of
-    barriers across the program's warps."""
-    total, mine = tl.reduce((hists, tl.where(earlier, hists, 0)), 0, _add)
-    at_or_above, at_or_above_mine = tl.associative_scan((total, mine), 0, _add, reverse=True)
-    # both fall as the bin grows; bin 0 holds every live key (>= need), the bin sought is the last reaching need
-    reaches = at_or_above >= need
-    n, above, at, above_mine, at_mine = tl.reduce(
-        (reaches.to(tl.int32), tl.where(reaches, 0, at_or_above), tl.where(reaches, at_or_above, 0x7FFFFFFF),
-         tl.where(reaches, 0, at_or_above_mine), tl.where(reaches, at_or_above_mine, 0x7FFFFFFF)), 0, _count_max_min)
-    return n - 1, above, at - above, above_mine, at_mine - above_mine
-
-
-@triton.jit
-def _max_max_add(a0, a1, a2, b0, b1, b2):
-    return tl.maximum(a0, b0), tl.maximum(a1, b1), a2 + b2
-
-
-@triton.jit
-def _before(flags, SLICE: tl.constexpr):
-    """For each of the slice's flags, how many come before it (in position order). Taken in runs of
-    4, the keys a thread holds side by side after _load_slice: a scan along the whole slice is
-    laid out one key a thread by the scattered store that takes its result, and costs 3x the
-    instructions."""
-    f = tl.reshape(flags.to(tl.int32), [SLICE // 4, 4])
-    run = tl.sum(f, axis=1)
-    before = (tl.cumsum(run, axis=0) - run)[:, None] + tl.cumsum(f, axis=1) - f
-    return tl.reshape(before, [SLICE])
-
-
-@triton.jit
-def _load_slice(base, pos, length):
-    """The slice's logits. The mask stops at a multiple of 4 and the last few keys come as scalars,
-    so that the compiler may load 4 keys a thread at once (over aligned rows), and every later
-    step, scans included, works on runs of 4 keys in a thread instead of 1. The row's last full
-    read: evict_first hands back the L2 lines the indexer stored evict_last."""
-    whole = (length // 4) * 4
-    x = tl.load(base + pos, mask=pos < whole, other=0.0, eviction_policy="evict_first")
-    for i in tl.static_range(3):
-        tail = whole + i
-        x = tl.where(pos == tail, tl.load(base + tail, mask=tail < length, other=0.0), x)
-    return x
-
-
-@triton.jit
-def _value_bins(x, lo, scale):
-    """Bins by value, monotone in x whatever the rounding: keys outside [lo, lo + 64 / scale) go to
-    the edge bins."""
-    return tl.minimum(tl.maximum((x - lo) * scale, 0.0), BINS - 1.0).to(tl.int32)
-
-
-@triton.jit
-def _bracket(sample, lo, span, length, K: tl.constexpr, SAMPLE: tl.constexpr, SIGMAS_BELOW: tl.constexpr):
-    """The first round's bracket (step 1 of the module docstring): its low end and width. A 32K
-    row's k-th key then shares its bin with ~30 keys (the gather's share) instead of ~460 when the
-    first round split the sample's whole span. It reaches 3 binomial standard deviations above the
-    k-th key's rank in the sample and SIGMAS_BELOW below it."""
-    scale = BINS / tl.maximum(span, 1e-30)
-    hist = tl.histogram(_value_bins(sample, lo, scale), BINS)
-    at_or_above = tl.cumsum(hist, axis=0, reverse=True)
-    expect = (K * SAMPLE) / length.to(tl.float32)
-    sigma = tl.sqrt(expect * (1.0 - expect / SAMPLE))
-    above, below = 3.0 * sigma + 1.0, SIGMAS_BELOW * sigma + 1.0
-    # the bin of the r-th largest sample key is the last bin with at least r keys at or above it
-    top, bottom = tl.reduce(((at_or_above >= expect - above).to(tl.int32),
-                             (at_or_above >= tl.minimum(expect + below, SAMPLE)).to(tl.int32)), 0, _add)
-    low = lo + (bottom - 1).to(tl.float32) / scale
-    return low, (top - bottom + 1).to(tl.float32) / scale
-
-
-@triton.jit
-def _first_round(base, length, K: tl.constexpr, SAMPLE: tl.constexpr, SIGMAS_BELOW: tl.constexpr):
-    """The row's sample and the first round's bins by value (step 1 of the module docstring):
-    whether rounds by value apply, the sample's extremes, the bracket, and the bins' low end and
-    scale (bin 0 for the keys below the bracket, 63 for those above)."""
-    sample = tl.load(base + (tl.arange(0, SAMPLE).to(tl.int64) * length) // SAMPLE)
-    sample_lo = tl.min(sample, axis=0)
-    sample_hi = tl.max(sample, axis=0)
-    span = sample_hi - sample_lo
-    # bins by value need a finite, positive span (no infinities in the sample, not one value)
-    value_rounds = tl.where((span > 0.0) & (span < float("inf")), VALUE_ROUNDS, 0)
-    bracket_lo, bracket_span = _bracket(sample, sample_lo, span, length, K, SAMPLE, SIGMAS_BELOW)
-    scale = (BINS - 2) / bracket_span  # with value rounds, at least a 64th of the span
-    return value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span, bracket_lo - 1.0 / scale, scale
-
-
-@triton.jit
-def _second_round(b, lo, scale, value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span):
-    """The second round's bins by value, after the first chose bin b."""
-    if value_rounds > 0:
-        if b == 0:  # below the bracket: down to the sample's low end
-            lo = sample_lo
-            scale = BINS / tl.maximum(bracket_lo - lo, 1e-30)
-        elif b == BINS - 1:  # above it: up to the sample's high end
-            lo = bracket_lo + bracket_span
-            scale = BINS / tl.maximum(sample_hi - lo, 1e-30)
-        else:
-            lo += b.to(tl.float32) / scale
-            scale *= BINS
-    return lo, scale
-
-
-@triton.jit
-def _round_bins(x, pos, rnd, value_rounds, lo, scale):
-    """The round's bin of each key: by value, then 6-bit digits from the top, six of the key's
-    ordered bits then six of the reversed position (larger for lower positions, which take the ties
-    at the k-th key), so the live keys end up distinct; a last digit's upper bits are already equal."""
-    if rnd < value_rounds:
-        bin = _value_bins(x, lo, scale)
-    else:
-        digit = rnd - value_rounds
-        shift = tl.maximum(26 - 6 * (digit % 6), 0).to(tl.uint32)
-        rev = (0x7FFFFFFF - pos).to(tl.uint32)
-        bin = ((tl.where(digit < 6, _ordered_key(x), rev) >> shift) & (BINS - 1)).to(tl.int32)
-    return bin
-
-
-@triton.jit
-def _read_list(lst, base, n_listed, length, first, lo, scale, SPAN: tl.constexpr, LIST: tl.constexpr):
-    """The program's list read back after its stores: the positions, their logits and first-round
-    bins, and the first round's histogram (the list's bins, the span's other keys in bin 0). The
-    logits are read again (L1 / L2): storing them beside the positions spilled registers."""
-    tl.debug_barrier()  # the program's stores before its loads
-    at = tl.arange(0, LIST)
-    in_list = at < n_listed
-    lpos = tl.load(lst + at, mask=in_list, other=0)
-    lx = tl.load(base + lpos, mask=in_list, other=0.0)
-    lbin = tl.where(in_list, _value_bins(lx, lo, scale), 0)
-    below = tl.minimum(tl.maximum(length - first, 0), SPAN) - n_listed
-    hist = tl.histogram(lbin, BINS, mask=in_list) + tl.where(tl.arange(0, BINS) == 0, below, 0)
-    return in_list, lpos, lx, lbin, hist
-
-
-@triton.jit
-def _exchange(hist, exch, rnd, counter, part, need, P: tl.constexpr):
-    """Publish this program's histogram of the round, meet the row's programs and pick the bin
-    (_pick_bin) from all P. Two buffers: a program can be at most one round ahead of another."""
-    bins = tl.arange(0, BINS)
-    parts = tl.arange(0, P)
-    buf = exch + (rnd % 2) * (P * BINS)
-    tl.store(buf + part * BINS + bins, hist)
-    _meet(counter, P)
-    hists = tl.load(buf + parts[:, None] * BINS + bins[None, :])
-    return _pick_bin(hists, parts[:, None] < part, need)
-
-
-@triton.jit
-def _last_taken(gather, share, need, first, PAIR_CAP: tl.constexpr):
-    """The row's last key taken (its ordered key and position), from the share <= PAIR_CAP live keys
-    gathered in position order, ranked pairwise by key, then position; and how many of the live
-    keys taken lie before this program's first position."""
-    g = tl.arange(0, PAIR_CAP)
-    ok = g < share
-    gk = tl.load(gather + g, mask=ok, other=0).to(tl.uint32, bitcast=True)
-    gp = tl.load(gather + PAIR_CAP + g, mask=ok, other=0)
-    ahead = (gk[None, :] > gk[:, None]) | ((gk[None, :] == gk[:, None]) & (gp[None, :] < gp[:, None]))
-    rank = tl.sum((ok[None, :] & ahead).to(tl.int32), axis=1)
-    last_key = ok & (rank == need - 1)
-    taken_earlier = (ok & (rank < need) & (gp < first)).to(tl.int32)
-    return tl.reduce((tl.where(last_key, gk, 0), tl.where(last_key, gp, -1), taken_earlier), 0, _max_max_add)
-
-
-@triton.jit
-def _finish(
-    x, pos, live, taken, need, above_before, share_before, share, value_rounds, lo, scale, part, first,
-    exch, counter, gather, row, out_row, bt_ptr, stride_bt, offs_ptr, NEXT_N,
-    WIDTH: tl.constexpr, P: tl.constexpr, PAIR_CAP: tl.constexpr, PAGE: tl.constexpr, TRANSFORM: tl.constexpr,
-):
-    """Steps 3 and 4 of the module docstring after the first round, over this program's keys x at
-    positions pos (its list or its slice): live keys are in every bin chosen so far, taken keys
-    above one of them; need is how many live keys of the row still belong to the top k, share how
-    many the row has, and above_before / share_before what the programs before this one take and
-    hold live. Writes the program's share of the row's output."""
-    rnd = tl.zeros((), tl.int32) + 1
-    going = (share > PAIR_CAP) & (share > need)
-    while going:
-        bin = _round_bins(x, pos, rnd, value_rounds, lo, scale)
-        b, above, share, above_earlier, share_before = _exchange(
-            tl.histogram(bin, BINS, mask=live), exch, rnd, counter, part, need, P)
-        above_before += above_earlier
-        taken = taken | (live & (bin > b))
-        live = live & (bin == b)
-        need -= above
-        if rnd < value_rounds:
-            lo += b.to(tl.float32) / scale
-            scale *= BINS
-        rnd += 1
-        going = (share > PAIR_CAP) & (share > need)
-    key = _ordered_key(x)
-    if share > need:
-        # At most PAIR_CAP live keys left in the row: gathered in position order (the earlier
-        # programs' live keys come first; the programs meet once more) and ranked pairwise by key,
-        # then position; the need-th of them is the last key taken
-        entry = share_before + _before(live, WIDTH)
-        _scatter(gather + entry, key.to(tl.int32, bitcast=True), live)
-        _scatter(gather + PAIR_CAP + entry, pos, live)
-        _meet(counter, P)
-        thr_key, thr_pos, chosen_before = _last_taken(gather, share, need, first, PAIR_CAP)
-        pick = (key > thr_key) | ((key == thr_key) & (pos <= thr_pos))
-    else:  # the live keys are exactly those still needed
-        chosen_before = share_before
-        pick = live
-    take = taken | (live & pick)
-    slot = above_before + chosen_before + _before(take, WIDTH)
-    val = _transform(tl.where(take, pos, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
-    _scatter(out_row + slot, val.to(tl.int32), take)
+MAX_PARTS = 128  # a meeting adds 128 / P per program (rounds.meet)
 
 
 @triton.jit
 def _chunk(base, first, c, length, SLICE: tl.constexpr):
     """Slice c of a streamed program's span: its logits and positions."""
     pos = first + c * SLICE + tl.arange(0, SLICE)
-    return _load_slice(base, pos, length), pos
+    return rounds.load_slice(base, pos, length), pos
 
 
 @triton.jit
 def _decided(x, live, taken, lo, scale, b, nv, rnd: tl.constexpr):
     """Round rnd by value, if decided (nv rounds by value are): keys in bins above b are taken,
     those in b stay live."""
-    bin = _value_bins(x, lo, scale)
+    bin = rounds.value_bins(x, lo, scale)
     decided = nv > rnd
     return tl.where(decided, live & (bin == b), live), tl.where(decided, taken | (live & (bin > b)), taken)
 
@@ -373,9 +135,9 @@ def _streamed_rounds(
         for c in range(CHUNKS):
             x, pos, live, taken = _chunk_state(base, first, c, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2,
                                                kmask, kpre, pmask, ppre, SLICE)
-            hist += tl.histogram(_round_bins(x, pos, rnd, value_rounds, lo, scale), BINS, mask=live)
+            hist += tl.histogram(rounds.round_bins(x, pos, rnd, value_rounds, lo, scale), BINS, mask=live)
         # exchange 0 was the list's: the rounds here take 1, 2, ...
-        b, above, share, above_earlier, share_before = _exchange(hist, exch, rnd + 1, counter, part, need, P)
+        b, above, share, above_earlier, share_before = rounds.exchange(hist, exch, rnd + 1, counter, part, need, P)
         above_before += above_earlier
         need -= above
         if rnd < value_rounds:
@@ -384,7 +146,8 @@ def _streamed_rounds(
             lo2, sc2, b2 = tl.where(rnd == 2, lo, lo2), tl.where(rnd == 2, scale, sc2), tl.where(rnd == 2, b, b2)
             nv += 1
             if rnd == 0:
-                lo, scale = _second_round(b, lo, scale, value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span)
+                lo, scale = rounds.second_round(b, lo, scale, value_rounds, sample_lo, sample_hi, bracket_lo,
+                                                bracket_span)
             else:
                 lo += b.to(tl.float32) / scale
                 scale *= BINS
@@ -399,7 +162,7 @@ def _streamed_rounds(
                 ppre |= b.to(tl.uint32) << shift
         rnd += 1
         going = (share > PAIR_CAP) & (share > need)
-    # the last key taken: as _finish does, from the at most PAIR_CAP live keys gathered in position order
+    # the last key taken: as rounds.finish does, from the at most PAIR_CAP live keys gathered in position order
     thr_key = tl.zeros((), tl.uint32)
     thr_pos = tl.zeros((), tl.int32) + 0x7FFFFFFF
     chosen_before = share_before
@@ -408,12 +171,12 @@ def _streamed_rounds(
         for c in range(CHUNKS):
             x, pos, live, taken = _chunk_state(base, first, c, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2,
                                                kmask, kpre, pmask, ppre, SLICE)
-            entry = share_before + listed + _before(live, SLICE)
+            entry = share_before + listed + rounds.before(live, SLICE)
             _scatter(gather + entry, _ordered_key(x).to(tl.int32, bitcast=True), live)
             _scatter(gather + PAIR_CAP + entry, pos, live)
             listed += tl.sum(live.to(tl.int32), axis=0)
-        _meet(counter, P)
-        thr_key, thr_pos, chosen_before = _last_taken(gather, share, need, first, PAIR_CAP)
+        rounds.meet(counter, P)
+        thr_key, thr_pos, chosen_before = rounds.last_taken(gather, share, need, first, PAIR_CAP)
     written = above_before + chosen_before
     for c in range(CHUNKS):
         x, pos, live, taken = _chunk_state(base, first, c, length, nv, lo0, sc0, b0, lo1, sc1, b1, lo2, sc2, b2, kmask,
@@ -421,7 +184,7 @@ def _streamed_rounds(
         key = _ordered_key(x)
         take = taken | (live & ((key > thr_key) | ((key == thr_key) & (pos <= thr_pos))))
         val = _transform(tl.where(take, pos, -1), row, bt_ptr, stride_bt, offs_ptr, NEXT_N, PAGE, TRANSFORM)
-        _scatter(out_row + written + _before(take, SLICE), val.to(tl.int32), take)
+        _scatter(out_row + written + rounds.before(take, SLICE), val.to(tl.int32), take)
         written += tl.sum(take.to(tl.int32), axis=0)
 
 
@@ -439,27 +202,28 @@ def _streamed(
     first = part * (SLICE * CHUNKS)
     # a k-th key below the bracket costs a streamed span several more reads (_streamed_rounds), so
     # the bracket reaches further down: 4.5 standard deviations miss ~3e-6 of normal rows, not 1e-3
-    value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span, lo, scale = _first_round(base, length, K, SAMPLE,
-                                                                                           4.5)
+    value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span, lo, scale = rounds.first_round(
+        base, length, K, SAMPLE, 4.5)
     # two calls of _streamed_rounds: one after both branches makes a smaller kernel that spills (sm_90)
     if value_rounds > 0:  # the same in every program of the row, as b and the overflow below
         n_listed = tl.zeros((), tl.int32)
         for c in range(CHUNKS):
             x, pos = _chunk(base, first, c, length, SLICE)
-            listed = (pos < length) & (_value_bins(x, lo, scale) > 0)
-            entry = n_listed + _before(listed, SLICE)
+            listed = (pos < length) & (rounds.value_bins(x, lo, scale) > 0)
+            entry = n_listed + rounds.before(listed, SLICE)
             _scatter(lst + entry, pos, listed & (entry < SLICE))
             n_listed += tl.sum(listed.to(tl.int32), axis=0)
         tl.store(flags + part, (n_listed > SLICE).to(tl.int32))
-        in_list, lpos, lx, lbin, hist = _read_list(lst, base, n_listed, length, first, lo, scale, SLICE * CHUNKS,
-                                                   SLICE)
-        b, above, share, above_before, share_before = _exchange(hist, exch, 0, counter, part, K, P)
+        in_list, lpos, lx, lbin, hist = rounds.read_list(lst, base, n_listed, length, first, lo, scale,
+                                                         SLICE * CHUNKS, SLICE)
+        b, above, share, above_before, share_before = rounds.exchange(hist, exch, 0, counter, part, K, P)
         overflow = tl.max(tl.load(flags + tl.arange(0, P)), axis=0)  # ordered by the meeting, as the histograms
         if (b > 0) & (overflow == 0):
-            lo2, scale2 = _second_round(b, lo, scale, value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span)
-            _finish(lx, lpos, in_list & (lbin == b), in_list & (lbin > b), K - above, above_before, share_before,
-                    share, value_rounds, lo2, scale2, part, first, exch, counter, gather, row, out_row, bt_ptr,
-                    stride_bt, offs_ptr, NEXT_N, SLICE, P, PAIR_CAP, PAGE, TRANSFORM)
+            lo2, scale2 = rounds.second_round(b, lo, scale, value_rounds, sample_lo, sample_hi, bracket_lo,
+                                              bracket_span)
+            rounds.finish(lx, lpos, in_list & (lbin == b), in_list & (lbin > b), K - above, above_before, share_before,
+                          share, value_rounds, lo2, scale2, part, first, exch, counter, gather, row, out_row, bt_ptr,
+                          stride_bt, offs_ptr, NEXT_N, SLICE, P, PAIR_CAP, PAGE, TRANSFORM)
         else:
             _streamed_rounds(base, length, first, value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span, lo,
                              scale, part, exch, counter, gather, row, out_row, bt_ptr, stride_bt, offs_ptr, NEXT_N, K,
@@ -496,13 +260,13 @@ def _topk_kernel(
         first = part * SLICE
         pos = first + tl.arange(0, SLICE)
         live = pos < length
-        x = _load_slice(base, pos, length)
-        value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span, lo, scale = _first_round(base, length, K, SAMPLE,
-                                                                                               3.0)
+        x = rounds.load_slice(base, pos, length)
+        value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span, lo, scale = rounds.first_round(
+            base, length, K, SAMPLE, 3.0)
         exch = exch_ptr + row.to(tl.int64) * (2 * P * BINS)
         gather = gather_ptr + row.to(tl.int64) * (2 * PAIR_CAP)  # keys, then positions
         counter = counters + row
-        bin = _round_bins(x, pos, 0, value_rounds, lo, scale)
+        bin = rounds.round_bins(x, pos, 0, value_rounds, lo, scale)
         # The list (step 2 of the module docstring); rows shorter than 8 k would list over a quarter
         # of their keys, so they go on over the slice
         LIST: tl.constexpr = SLICE // 4
@@ -515,25 +279,25 @@ def _topk_kernel(
         at = tl.arange(0, LIST)
         if on_list:
             lst = list_ptr + (row * P + part).to(tl.int64) * LIST
-            _scatter(lst + _before(listed, SLICE), pos, listed)
-            in_list, lpos, lx, lbin, hist = _read_list(lst, base, n_listed, length, first, lo, scale, SLICE, LIST)
+            _scatter(lst + rounds.before(listed, SLICE), pos, listed)
+            in_list, lpos, lx, lbin, hist = rounds.read_list(lst, base, n_listed, length, first, lo, scale, SLICE, LIST)
         else:  # (the list's tensors go unused)
             in_list = at < 0
             lpos = at
             lx = at.to(tl.float32)
             lbin = at
             hist = tl.histogram(bin, BINS, mask=live)
-        b, above, share, above_before, share_before = _exchange(hist, exch, 0, counter, part, K, P)
+        b, above, share, above_before, share_before = rounds.exchange(hist, exch, 0, counter, part, K, P)
         need = K - above
-        lo, scale = _second_round(b, lo, scale, value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span)
+        lo, scale = rounds.second_round(b, lo, scale, value_rounds, sample_lo, sample_hi, bracket_lo, bracket_span)
         if on_list & (b > 0):  # the live and taken keys are all on the list
-            _finish(lx, lpos, in_list & (lbin == b), in_list & (lbin > b), need, above_before, share_before, share,
-                    value_rounds, lo, scale, part, first, exch, counter, gather, row, out_row, bt_ptr, stride_bt, offs_ptr,
-                    NEXT_N, LIST, P, PAIR_CAP, PAGE, TRANSFORM)
+            rounds.finish(lx, lpos, in_list & (lbin == b), in_list & (lbin > b), need, above_before, share_before,
+                          share, value_rounds, lo, scale, part, first, exch, counter, gather, row, out_row, bt_ptr,
+                          stride_bt, offs_ptr, NEXT_N, LIST, P, PAIR_CAP, PAGE, TRANSFORM)
         else:
-            _finish(x, pos, live & (bin == b), live & (bin > b), need, above_before, share_before, share,
-                    value_rounds, lo, scale, part, first, exch, counter, gather, row, out_row, bt_ptr, stride_bt, offs_ptr,
-                    NEXT_N, SLICE, P, PAIR_CAP, PAGE, TRANSFORM)
+            rounds.finish(x, pos, live & (bin == b), live & (bin > b), need, above_before, share_before, share,
+                          value_rounds, lo, scale, part, first, exch, counter, gather, row, out_row, bt_ptr, stride_bt,
+                          offs_ptr, NEXT_N, SLICE, P, PAIR_CAP, PAGE, TRANSFORM)
 
 
 def parts_per_row(rows: int, width: int, num_sms: int) -> int | None:
@@ -622,3 +386,4 @@ def _launch_options(device: torch.device, parts: int) -> dict:
     docs/PERFORMANCE.md, "The one launch after the indexer, not early"); only back to back with
     itself did it gain."""
     return {} if device.type != "cuda" or INTERPRET or parts == 1 else dict(launch_cooperative_grid=True)
+
