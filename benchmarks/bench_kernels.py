@@ -38,6 +38,7 @@ except ImportError:  # the device machine sees the repo root, not the installed 
 
 from dsa_kernels import dispatch, indexer_logits, reference, sparse_mla, topk  # noqa: E402
 from dsa_kernels.device import l2_bytes  # noqa: E402
+from indexer_bench import random_index_pool  # noqa: E402
 
 ARGS = argparse.ArgumentParser()
 ARGS.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (interpreter), no timing claims")
@@ -135,16 +136,6 @@ def lib(name):
 # ---------------------------------------------------------------- inputs
 
 
-def index_pool(pages):
-    """Random valid FP8 key pages: e4m3 values from randn, positive scales."""
-    pool = torch.empty(pages, PAGE * 132, dtype=torch.uint8, device=DEV)
-    for s in range(0, pages, 4096):
-        e = min(pages, s + 4096)
-        pool[s:e, : PAGE * 128] = torch.randn(e - s, PAGE * 128, device=DEV).to(torch.float8_e4m3fn).view(torch.uint8)
-        pool[s:e, PAGE * 128:] = (torch.rand(e - s, PAGE, device=DEV) * 0.02 + 0.01).view(torch.uint8)
-    return pool
-
-
 def paged_case(batch, ctx, next_n, pool):
     pages_per = math.ceil(ctx / PAGE)
     table = torch.randperm(pool.shape[0], device=DEV)[: batch * pages_per].view(batch, pages_per).int()
@@ -203,7 +194,7 @@ def measure_ceilings():
 @section("correctness")
 def correctness():
     # stores: bit-exact against the references on the GPU's own arithmetic
-    pool = index_pool(64)
+    pool = random_index_pool(64, PAGE, DEV)
     keys = torch.randn(1000, 128, device=DEV) * 4
     slots = torch.randperm(64 * PAGE, device=DEV)[:1000]
     # References run on the CPU: PyTorch's CUDA `tensor / python_scalar` multiplies by the
@@ -231,7 +222,7 @@ def correctness():
               mismatched_bytes=int((a.cpu().view(torch.uint8) != b.view(torch.uint8)).sum()))
     # paged logits and the end-to-end top-k overlap against the fp32 reference
     ctx = 600 if OPT.smoke else 9000
-    pool = index_pool(8 * math.ceil(ctx / PAGE) + 8)
+    pool = random_index_pool(8 * math.ceil(ctx / PAGE) + 8, PAGE, DEV)
     for next_n in (1, 2, 4):
         q, w, table, lens = paged_case(4, ctx, next_n, pool)
         out = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, PAGE, ctx, next_n)
@@ -290,7 +281,7 @@ def indexer():
         measure_ceilings()
     batches, ctxs = ([1, 4], [256, 1024]) if OPT.smoke else ([1, 32, 128], [4096, 32768, 131072])
     max_tokens = max(batches) * max(ctxs)
-    pool = index_pool(max_tokens // PAGE + 64)
+    pool = random_index_pool(max_tokens // PAGE + 64, PAGE, DEV)
     dg = lib("deep_gemm")
     best_cfg = {}
     for ctx in ctxs:
@@ -385,7 +376,7 @@ def topk_section():
     """Top-k + transform at k 2048 next to torch.topk and the indexer that feeds it, all timed here
     (so `--only topk` stands alone); every timed output is checked against the reference."""
     cases = [(4, 256), (1, 1024)] if OPT.smoke else [(1, 32768), (32, 32768), (128, 32768), (1, 131072), (32, 131072), (128, 131072)]
-    pool = index_pool(max(b * c for b, c in cases) // PAGE + 64)
+    pool = random_index_pool(max(b * c for b, c in cases) // PAGE + 64, PAGE, DEV)
     dg = lib("deep_gemm")
 
     def exact(logits, lens, table, got):
@@ -551,7 +542,7 @@ def power():
         ["nvidia-smi", "--query-gpu=power.limit,uuid", "--format=csv,noheader,nounits"], capture_output=True,
         text=True).stdout.strip().split(", ")
     batch, ctx = 128, 32768
-    pool = index_pool(batch * ctx // PAGE + 64)
+    pool = random_index_pool(batch * ctx // PAGE + 64, PAGE, DEV)
     for next_n in (1, 2, 4):
         q, w, table, lens = paged_case(batch, ctx, next_n, pool)
         tag = dict(kernel="indexer", batch=batch, ctx=ctx, next_n=next_n)

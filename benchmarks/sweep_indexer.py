@@ -18,6 +18,7 @@ import torch
 
 from dsa_kernels import dispatch, indexer_logits
 from graph_timing import graph_ms
+from indexer_bench import random_index_pool
 
 PAGE, CTX = 64, 32768
 
@@ -28,9 +29,7 @@ def main() -> None:
     a = ap.parse_args()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     pages = 128 * CTX // PAGE + 64
-    pool = torch.empty(pages, PAGE * 132, dtype=torch.uint8, device="cuda")
-    pool[:, : PAGE * 128] = torch.randn(pages, PAGE * 128, device="cuda").to(torch.float8_e4m3fn).view(torch.uint8)
-    pool[:, PAGE * 128:] = (torch.rand(pages, PAGE, device="cuda") * 0.02 + 0.01).view(torch.uint8)
+    pool = random_index_pool(pages, PAGE)
     results = []
     for batch, next_n in itertools.product((32, 128), (1, 2, 4)):
         table = torch.randperm(pages, device="cuda")[: batch * CTX // PAGE].view(batch, -1).int()

@@ -39,6 +39,7 @@ import torch
 from dsa_kernels import indexer_logits, reference, topk
 from dsa_kernels import topk_cooperative
 from graph_timing import capture, graph_ms
+from indexer_bench import random_index_pool
 
 DEV, K, PAGE = "cuda", 2048, 64
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
@@ -161,9 +162,7 @@ def indexer_case(n, w, gluon_module):
     """The Gluon indexer's logits for n rows of w keys (random e4m3 keys, fp32 scales), by
     gluon_module's kernel (a copy of kernels/indexer_gluon.py or the module itself)."""
     pages = n * w // PAGE
-    pool = torch.empty(pages + 64, PAGE * 132, dtype=torch.uint8, device=DEV)
-    pool[:, : PAGE * 128] = torch.randn(pages + 64, PAGE * 128, device=DEV).to(torch.float8_e4m3fn).view(torch.uint8)
-    pool[:, PAGE * 128:] = (torch.rand(pages + 64, PAGE, device=DEV) * 0.02 + 0.01).view(torch.uint8)
+    pool = random_index_pool(pages + 64, PAGE, DEV)
     table = torch.randperm(pool.shape[0], device=DEV)[:pages].view(n, -1).int()
     lens = torch.full((n,), w, device=DEV, dtype=torch.int32)
     q = torch.randn(n, 64, 128, device=DEV).to(torch.float8_e4m3fn)
