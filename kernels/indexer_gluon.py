@@ -3,9 +3,9 @@ key tile runs while the program scores the one before, or, on large grids, while
 the SM score theirs.
 
 Same contract and output as kernels/indexer_logits.py's paged kernel, bit for bit. A program walks
-one request's pages for NEXT_N of its tokens: all of them at next_n 1, 2 and 4; at other next_n
-one or two (TOKENS_A_PROGRAM), a request's programs side by side in the grid, so that their reads
-of its pages after the first come from L2. Each 64-key tile (inside one page, so
+one request's pages for NEXT_N of its tokens: all of them at next_n 1, 2 and 4 (at 4 two on grids
+of at most two programs an SM); at other next_n one or two (TOKENS_A_PROGRAM), a request's
+programs side by side in the grid, so that their reads of its pages after the first come from L2. Each 64-key tile (inside one page, so
 page_size % 64 == 0) arrives with its 64 scales by two TMA copies on one mbarrier, STAGES tiles
 ahead, and meets the tokens in MMA units of up to two tokens (N = 64 or 128; next_n 4 takes two
 units a tile). Two schedules (OVERLAP):
@@ -236,13 +236,16 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
       registers), except on grids of more than four programs an SM, where programs that wait for
       each MMA (116 / 154 registers: four / three an SM; two stages) hide more of the latency; at
       next_n 2 their loop takes both stages an iteration (118 registers), at next_n 4 that would
-      take 182.
+      take 182. next_n 4 grids of at most two programs an SM take programs of two tokens instead
+      (next_n 2's config at 2 * batch requests: as many programs, or twice as many): 1.03-1.17x
+      faster with the keys read from HBM (H100, batch 2-64 from 4K to 128K keys), 0.95x at three
+      programs an SM.
     - Any other next_n takes programs of one token (next_n 1's config over batch * next_n rows),
       or of two (next_n 2's over batch * ceil(next_n / 2) requests) from next_n 7, and from 5 where
       those are more than four an SM: a request's pages are read once a program, the repeats from
       L2, which bounds the one-token programs on large grids. 1.3-1.7x faster than the Triton
-      kernel at next_n 3, 1.6-2.5x at 5-8 (H100, batch 1 to 128). next_n 2 and 4 in such programs
-      took 0.75-1.14x the time of their own."""
+      kernel at next_n 3, 1.6-2.5x at 5-8 (H100, batch 1 to 128). next_n 2 and 4 in programs of one
+      token took 0.75-1.14x the time of their own."""
     def programs(kpp):
         return batch * cdiv(max_context_len, kpp)
 
@@ -261,6 +264,8 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
                128 if 2 * programs(128) >= num_sms else 64)
     if programs(kpp) > 4 * num_sms:
         return dict(KEYS_PER_PROG=kpp, STAGES=2, OVERLAP=False, UNROLLED=next_n == 2)
+    if next_n == 4 and programs(kpp) <= 2 * num_sms:
+        return dict(gluon_config(2 * batch, max_context_len, 2, num_sms), TOKENS_A_PROGRAM=2)
     return dict(KEYS_PER_PROG=kpp, STAGES=4, OVERLAP=True, UNROLLED=False)
 
 

@@ -167,11 +167,17 @@ def test_gluon_paged_kernel_config_follows_the_grid():
     assert indexer_gluon.gluon_config(32, 32768, 2, 132) == cfg(2048, 4, True)
     assert indexer_gluon.gluon_config(128, 32768, 4, 132) == cfg(1024, 2, False)
     assert indexer_gluon.gluon_config(128, 4096, 4, 132) == cfg(1024, 4, True)
+    assert indexer_gluon.gluon_config(67, 4096, 4, 132) == cfg(1024, 4, True)  # 268 programs
     assert indexer_gluon.gluon_config(32, 4096, 2, 132) == cfg(512, 4, True)
-    assert indexer_gluon.gluon_config(2, 32768, 4, 132) == cfg(256, 4, True)
     assert indexer_gluon.gluon_config(1, 32768, 2, 132) == cfg(128, 4, True)
-    assert indexer_gluon.gluon_config(2, 8192, 4, 132) == cfg(128, 4, True)
-    assert indexer_gluon.gluon_config(1, 8192, 4, 132) == cfg(64, 4, True)
+    # next_n 4 grids of at most two programs an SM: programs of two tokens, with next_n 2's config
+    # at twice the requests
+    pairs = dict(TOKENS_A_PROGRAM=2)
+    assert indexer_gluon.gluon_config(66, 4096, 4, 132) == dict(cfg(2048, 4, True), **pairs)  # 264 programs
+    assert indexer_gluon.gluon_config(32, 4096, 4, 132) == dict(cfg(1024, 4, True), **pairs)
+    assert indexer_gluon.gluon_config(2, 32768, 4, 132) == dict(cfg(512, 4, True), **pairs)
+    assert indexer_gluon.gluon_config(2, 8192, 4, 132) == dict(cfg(128, 4, True), **pairs)
+    assert indexer_gluon.gluon_config(1, 8192, 4, 132) == dict(cfg(128, 4, True), **pairs)
     # any other next_n: one program a query token, with next_n 1's config at batch * next_n rows ...
     assert indexer_gluon.gluon_config(1, 32768, 3, 132) == dict(cfg(256, 4, True), TOKENS_A_PROGRAM=1)
     assert indexer_gluon.gluon_config(128, 32768, 3, 132) == dict(cfg(1024, 4, True), TOKENS_A_PROGRAM=1)
@@ -246,7 +252,7 @@ def test_gluon_paged_kernel_equals_the_triton_kernel_on_cuda(chunk, stages, over
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("next_n, per_program", [(2, 1), (3, 1), (3, 2), (5, 2), (5, 4), (6, 2), (8, 4)])
+@pytest.mark.parametrize("next_n, per_program", [(2, 1), (3, 1), (3, 2), (4, 2), (5, 2), (5, 4), (6, 2), (8, 4)])
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "unclean"])
 @pytest.mark.parametrize("chunk, overlap", [(1024, True), (64, True), (2048, False)],
                          ids=["1024", "one-tile", "one-mma-at-a-time"])
@@ -294,8 +300,10 @@ def test_paged_logits_take_the_gluon_kernel_on_hopper_and_match_triton(next_n, b
     hopper = torch.cuda.get_device_capability() == (9, 0)
     gluon_cfg = indexer_logits.gluon_paged_config(torch.device("cuda"), batch, ctx, next_n, 64)
     assert (gluon_cfg is not None) == hopper
-    if hopper:  # next_n 3: programs of a token; 6: of two on the large grid, of one on the small
-        assert gluon_cfg.get("TOKENS_A_PROGRAM") == {3: 1, 6: 2 if batch == 80 else 1}.get(next_n)
+    # next_n 3: programs of a token; 4: of two on the small grid; 6: of two on the large, of one on the small
+    if hopper:
+        small = batch == 2
+        assert gluon_cfg.get("TOKENS_A_PROGRAM") == {3: 1, 4: 2 if small else None, 6: 1 if small else 2}.get(next_n)
     if hopper and batch == 80:  # next_n 2 / 4 / 6: 640 / 1280 / 1920 programs, more than four an SM: one MMA at a time
         assert gluon_cfg["OVERLAP"] == (next_n in (1, 3)) and gluon_cfg["UNROLLED"] == (next_n in (2, 6))
     if hopper and batch == 2:  # a few programs: one to four key tiles each
