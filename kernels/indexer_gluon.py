@@ -5,10 +5,10 @@ the SM score theirs.
 Same contract and output as kernels/indexer_logits.py's paged kernel, bit for bit. A program walks
 one request's pages for NEXT_N of its tokens: all of them at next_n 1, 2 and 4 (at 4 two on grids
 of at most two programs an SM); at other next_n one or two (TOKENS_A_PROGRAM), a request's
-programs side by side in the grid, so that their reads of its pages after the first come from L2. Each 64-key tile (inside one page, so
-page_size % 64 == 0) arrives with its 64 scales by two TMA copies on one mbarrier, STAGES tiles
-ahead, and meets the tokens in MMA units of up to two tokens (N = 64 or 128; next_n 4 takes two
-units a tile). Two schedules (OVERLAP):
+programs side by side in the grid, so that their reads of its pages after the first come from L2.
+Each 64-key tile (inside one page, so page_size % 64 == 0) arrives with its 64 scales by two TMA
+copies on one mbarrier, STAGES tiles ahead, and meets the tokens in MMA units of up to two tokens
+(N = 64 or 128; next_n 4 takes two units a tile). Two schedules (OVERLAP):
 - overlapped: the program issues unit u's `wgmma`, waits only for unit u - 1's
   (`warpgroup_mma_wait(num_outstanding=1)`) and runs its relu / weight / head sum under the
   running MMA, so two accumulators live at once. The unit loop is unrolled: rolled, ptxas
@@ -237,9 +237,9 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
       each MMA (116 / 154 registers: four / three an SM; two stages) hide more of the latency; at
       next_n 2 their loop takes both stages an iteration (118 registers), at next_n 4 that would
       take 182. next_n 4 grids of at most two programs an SM take programs of two tokens instead
-      (next_n 2's config at 2 * batch requests: as many programs, or twice as many): 1.03-1.17x
-      faster with the keys read from HBM (H100, batch 2-64 from 4K to 128K keys), 0.95x at three
-      programs an SM.
+      (next_n 2's config at 2 * batch requests: as many programs, or twice as many): 1.04-1.26x
+      faster with the keys read from HBM at 15 of 16 such grids (H100, batch 1-66, 4K-128K keys;
+      0.99x at 1 / 32K), 0.95x at three programs an SM.
     - Any other next_n takes programs of one token (next_n 1's config over batch * next_n rows),
       or of two (next_n 2's over batch * ceil(next_n / 2) requests) from next_n 7, and from 5 where
       those are more than four an SM: a request's pages are read once a program, the repeats from
