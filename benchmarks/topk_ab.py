@@ -12,7 +12,8 @@ well as behind the current one. `flush` puts a 128 MiB copy before the indexer i
 (and takes its time off), as a layer's attention and MoE traffic comes between two indexers in a
 model: nothing the last replay left in L2 survives to the next. `everywhere` times the three
 launches at every shape too, beside a cooperative variant that serves more shapes than the default.
-`shapes=ROWSxKEYS,...` times those shapes instead of the default list.
+`shapes=ROWSxKEYS,...` times those shapes instead of the default list, `rounds=N` in N alternating
+rounds (2).
 
 Each kernel runs the shapes it serves: the cooperative launch those parts_per_row gives parts
 for, the three launches every shape in the checks (with their own topk_config) and, in the
@@ -218,14 +219,15 @@ def main():
             indexers["base"] = load_variant("indexer_base", arg.split("=", 1)[1])
         elif arg.startswith("shapes="):
             TIME_SHAPES[:] = [tuple(int(v) for v in shape.split("x")) for shape in arg[len("shapes="):].split(",")]
-        elif "=" in arg:
+        elif "=" in arg and not arg.startswith("rounds="):
             name, path = arg.split("=", 1)
             variants[name] = load_variant(name, path)
+    rounds = next((int(arg[len("rounds="):]) for arg in sys.argv[1:] if arg.startswith("rounds=")), 2)
     quick = "quick" in sys.argv
     if "nochecks" not in sys.argv:
         correctness(variants, 2 if quick else 4)
         graph_replays(32, 32768, 50)
-    timings(variants, indexers, 2, flusher() if "flush" in sys.argv else None)
+    timings(variants, indexers, rounds, flusher() if "flush" in sys.argv else None)
     wrong = sum(c["wrong"] for c in RESULTS["checks"])
     launches = sum(c["launches"] for c in RESULTS["checks"])
     log("notes", summary=f"{wrong} wrong of {launches} launches in {len(RESULTS['checks'])} checks")
