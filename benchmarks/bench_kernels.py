@@ -3,6 +3,7 @@ torch and the copy / bf16-matmul ceilings, all measured in the same run.
 
     source .device/setup.sh && python3 benchmarks/bench_kernels.py            # GPU, writes $OUT
     source .device/setup.sh && python3 benchmarks/bench_kernels.py --only topk  # one section (~1 min)
+    ... --only ceilings,indexer --index-heads 32                                 # GLM-5's indexer heads
     TRITON_INTERPRET=1 .venv/bin/python benchmarks/bench_kernels.py --smoke   # CPU logic check
 
 Writes results.json and results.md to $OUT (or ./bench_out) after every section, so a run cut
@@ -45,12 +46,15 @@ ARGS.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (i
 ARGS.add_argument("--budget", type=float, default=480.0, help="seconds after which no new section starts")
 ARGS.add_argument("--only", default="", help="comma list of sections to run: ceilings, correctness, indexer, topk, "
                   "decode, prefill, power (e.g. --only topk)")
+ARGS.add_argument("--index-heads", type=int, default=64,
+                  help="the indexer's query heads: 64 (DeepSeek-V3.2, the issue's shapes) or 32 (GLM-5)")
 OPT = ARGS.parse_args()
 DEV = "cpu" if OPT.smoke else "cuda"
 T0 = time.time()
 OUT = Path(os.environ.get("OUT", ROOT / "bench_out"))
 OUT.mkdir(parents=True, exist_ok=True)
-RES: dict = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "rows": [], "checks": [], "errors": []}
+RES: dict = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "index_heads": OPT.index_heads,
+             "rows": [], "checks": [], "errors": []}
 K = 64 if OPT.smoke else 2048
 PAGE = 64 if not OPT.smoke else 16
 NUM_SMS = 132 if OPT.smoke else torch.cuda.get_device_properties(0).multi_processor_count
@@ -141,8 +145,8 @@ def paged_case(batch, ctx, next_n, pool):
     table = torch.randperm(pool.shape[0], device=DEV)[: batch * pages_per].view(batch, pages_per).int()
     seq = torch.full((batch,), ctx, device=DEV)
     lens = torch.stack([seq - next_n + j + 1 for j in range(next_n)], 1).reshape(-1).int()
-    q = torch.randn(batch * next_n, 64, 128, device=DEV).to(torch.float8_e4m3fn)
-    w = torch.randn(batch * next_n, 64, device=DEV) * 0.1
+    q = torch.randn(batch * next_n, OPT.index_heads, 128, device=DEV).to(torch.float8_e4m3fn)
+    w = torch.randn(batch * next_n, OPT.index_heads, device=DEV) * 0.1
     return q, w, table, lens
 
 
@@ -317,7 +321,7 @@ def indexer():
                 gluon = indexer_logits.gluon_paged_config(q.device, batch, ctx, next_n, PAGE) is not None
                 # neither bound can be beaten: reading the keys once, and the e4m3 products at the matmul ceiling
                 floor_ms = max(key_bytes / RES["copy_GBps"] / 1e6,
-                               2 * 64 * 128 * next_n * batch * ctx / RES["fp8_matmul_TFLOPs"] / 1e9)
+                               2 * OPT.index_heads * 128 * next_n * batch * ctx / RES["fp8_matmul_TFLOPs"] / 1e9)
                 row("indexer", "default paged, CUDA graph", g_ours, **tag, kernel="gluon" if gluon else "triton",
                     copy_frac=round(key_bytes / g_ours / 1e6 / RES["copy_GBps"], 3) if g_ours else None,
                     floor_ms=round(floor_ms, 4))
@@ -577,14 +581,15 @@ def prefill():
                                                     use_legacy=True)) if fm else None
         mla_times(dict(section="prefill", heads=heads, nq=nq, nk=nk), q, kv, idx, flashmla)
     # ragged indexer logits for one causal prefill chunk of nq queries at the end of nk keys
-    q8 = torch.randn(nq, 64, 128, device=DEV).to(torch.float8_e4m3fn)
-    w = torch.randn(nq, 64, device=DEV)
+    q8 = torch.randn(nq, OPT.index_heads, 128, device=DEV).to(torch.float8_e4m3fn)
+    w = torch.randn(nq, OPT.index_heads, device=DEV)
     k8 = torch.randn(nk, 128, device=DEV).to(torch.float8_e4m3fn)
     ks = torch.rand(nk, device=DEV)
     k_start = torch.zeros(nq, device=DEV, dtype=torch.int32)
     k_end = torch.arange(nk - nq + 1, nk + 1, device=DEV, dtype=torch.int32)
     ms = bench(lambda: indexer_logits.ragged_indexer_logits(q8, w, k8, ks, k_start, k_end, clean_logits=False))
-    row("prefill", "triton ragged logits", ms, nq=nq, nk=nk, TFLOPs_fp8=round(2 * nq * 64 * 128 * nk / ms / 1e9))
+    row("prefill", "triton ragged logits", ms, nq=nq, nk=nk,
+        TFLOPs_fp8=round(2 * nq * OPT.index_heads * 128 * nk / ms / 1e9))
     if dg is not None:
         try:
             ms_d = bench(lambda: dg.fp8_mqa_logits(q8, (k8, ks), w, k_start, k_end, False))

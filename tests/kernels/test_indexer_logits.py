@@ -213,9 +213,9 @@ def test_pool_parts_are_the_keys_and_scales_the_kernels_read():
     assert indexer_logits.gluon_paged_config(torch.device("cpu"), 128, 32768, 1, 64) is None
 
 
-def _deepseek_paged_case(next_n, seq=(4999, 1, 3001, 64, 2100)):
-    # DeepSeek shapes (64 heads, 64-key pages); lengths off every tile, chunk and page boundary
-    page, heads = 64, 64
+def _deepseek_paged_case(next_n, seq=(4999, 1, 3001, 64, 2100), heads=64):
+    # DeepSeek shapes (64 heads, 64-key pages; GLM-5 has 32 heads); lengths off every tile, chunk and page boundary
+    page = 64
     seq = torch.tensor(seq)
     per_request = int(seq.max()) // page + 2
     pages = len(seq) * per_request + 1
@@ -312,6 +312,25 @@ def test_paged_logits_take_the_gluon_kernel_on_hopper_and_match_triton(next_n, b
     got = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, next_n)
     cfg = dict(indexer_logits.paged_config(batch, ctx, next_n, page_size=64))
     assert torch.equal(got, indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, next_n, config=cfg))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [32, 16], ids=["glm5-heads", "tiny-heads"])
+@pytest.mark.parametrize("next_n", [1, 2, 3, 4])
+@pytest.mark.parametrize("batch, ctx", [(80, 16384), (2, 5000)], ids=["large-grid", "small-grid"])
+def test_gluon_paged_kernel_at_fewer_heads_equals_triton_and_the_reference(heads, next_n, batch, ctx):
+    """GLM-5's indexer has 32 heads and the tiny checkpoints 16: an MMA unit is then N = 32 or 16
+    columns a token. Every schedule the default path picks there (the large grid one MMA at a
+    time at next_n 2 and 4, the small grid overlapped, next_n 3 and 4 in programs of some of a
+    request's tokens) gives the Triton kernel's logits bit for bit."""
+    q, w, pool, table, lens = _deepseek_paged_case(next_n, seq=[ctx - 3 * i for i in range(batch)], heads=heads)
+    got = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, next_n)
+    cfg = dict(indexer_logits.paged_config(batch, ctx, next_n, page_size=64))
+    assert torch.equal(got, indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, next_n, config=cfg))
+    want = reference.paged_indexer_logits_ref(q, w, pool, table, lens, 64, ctx, next_n)
+    finite = torch.isfinite(want)
+    assert torch.equal(finite, torch.isfinite(got))
+    assert (got[finite] - want[finite]).abs().max() <= 1e-3 * want[finite].abs().max()
 
 
 @pytest.mark.gpu
