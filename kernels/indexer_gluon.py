@@ -221,7 +221,7 @@ def runs_on(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
-def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) -> dict:
+def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int, heads: int = 64) -> dict:
     """Key chunk per program, pipeline depth and MMA schedule.
 
     From the H100 / H200 measurements in docs/PERFORMANCE.md (CUDA graphs).
@@ -240,6 +240,13 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
       (next_n 2's config at 2 * batch requests: as many programs, or twice as many): 1.04-1.26x
       faster with the keys read from HBM at 15 of 16 such grids (H100, batch 1-66, 4K-128K keys;
       0.99x at 1 / 32K), 0.95x at three programs an SM.
+    - At 32 heads or fewer (GLM-5's indexer), next_n 4 does a key's products and scoring of 64
+      heads at next_n 2, in two MMA units of N = 64 that leave registers for more programs an SM.
+      Its chunks go up to 2048 keys where those make one wave (at most four programs an SM) that
+      gives no SM more keys than 1024-key chunks would, and past two programs an SM it waits for
+      each MMA (1.25x faster than overlapped at 128 / 4K in 1024-key chunks). H100, 32 heads, against the 64-head config: 1.07x at 32 / 32K, 1.30x at 24 / 32K,
+      1.27x / 1.17x at 128 / 100 rows of 4K (programs of two tokens). 2048-key chunks lost past
+      one wave (0.78x at 80 / 16K) and where an SM got more keys (0.95x at 20 / 32K, 160 / 4K).
     - Any other next_n takes programs of one token (next_n 1's config over batch * next_n rows),
       or of two (next_n 2's over batch * ceil(next_n / 2) requests) from next_n 7, and from 5 where
       those are more than four an SM: a request's pages are read once a program, the repeats from
@@ -249,6 +256,9 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
     def programs(kpp):
         return batch * cdiv(max_context_len, kpp)
 
+    def busiest(kpp):  # keys on the SM with the most programs
+        return cdiv(programs(kpp), num_sms) * kpp
+
     if next_n == 1:
         if programs(1024) >= 2 * num_sms:
             kpp = next((k for k in (1024, 2048) if programs(k) <= 4 * num_sms), 1024)
@@ -256,16 +266,19 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int) ->
             kpp = next((k for k in (512, 256, 128) if 2 * programs(k) >= 3 * num_sms), 64)
         return dict(KEYS_PER_PROG=kpp, STAGES=4, OVERLAP=True, UNROLLED=False)
     if next_n not in (2, 4):
-        pairs = gluon_config(batch * cdiv(next_n, 2), max_context_len, 2, num_sms)
+        pairs = gluon_config(batch * cdiv(next_n, 2), max_context_len, 2, num_sms, heads)
         if next_n >= 7 or (next_n > 4 and not pairs["OVERLAP"]):  # not OVERLAP: > 4 programs an SM
             return dict(pairs, TOKENS_A_PROGRAM=2)
-        return dict(gluon_config(batch * next_n, max_context_len, 1, num_sms), TOKENS_A_PROGRAM=1)
-    kpp = next((k for k in (2048, 1024, 512, 256) if k <= (2048 if next_n == 2 else 1024) and programs(k) >= num_sms),
+        return dict(gluon_config(batch * next_n, max_context_len, 1, num_sms, heads), TOKENS_A_PROGRAM=1)
+    few_heads = heads <= 32
+    one_wave_of_2048 = programs(2048) <= 4 * num_sms and busiest(2048) <= busiest(1024)
+    longest = 2048 if next_n == 2 or (few_heads and one_wave_of_2048) else 1024
+    kpp = next((k for k in (2048, 1024, 512, 256) if k <= longest and programs(k) >= num_sms),
                128 if 2 * programs(128) >= num_sms else 64)
-    if programs(kpp) > 4 * num_sms:
+    if programs(kpp) > (2 if next_n == 4 and few_heads else 4) * num_sms:
         return dict(KEYS_PER_PROG=kpp, STAGES=2, OVERLAP=False, UNROLLED=next_n == 2)
     if next_n == 4 and programs(kpp) <= 2 * num_sms:
-        return dict(gluon_config(2 * batch, max_context_len, 2, num_sms), TOKENS_A_PROGRAM=2)
+        return dict(gluon_config(2 * batch, max_context_len, 2, num_sms, heads), TOKENS_A_PROGRAM=2)
     return dict(KEYS_PER_PROG=kpp, STAGES=4, OVERLAP=True, UNROLLED=False)
 
 

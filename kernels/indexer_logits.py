@@ -186,12 +186,12 @@ def gluon_paged_runs(device: torch.device, page_size: int = 64) -> bool:
 
 
 def gluon_paged_config(device: torch.device, batch: int, max_context_len: int, next_n: int,
-                       page_size: int) -> dict | None:
+                       page_size: int, heads: int = 64) -> dict | None:
     """The Gluon kernel's config where the default path takes it (Hopper, pages of whole 64-key
     tiles), else None."""
     if not gluon_paged_runs(device, page_size):
         return None
-    return indexer_gluon.gluon_config(batch, max_context_len, next_n, num_sms(device))
+    return indexer_gluon.gluon_config(batch, max_context_len, next_n, num_sms(device), heads)
 
 
 def paged_indexer_logits(
@@ -227,7 +227,7 @@ def paged_indexer_logits(
     def triton_config():  # TMA key tiles where the GPU has TMA
         return paged_config(batch, max_context_len, next_n, page_size=page_size, tma=_has_tma(q_fp8.device))
 
-    gluon_cfg = None if config else gluon_paged_config(q_fp8.device, batch, max_context_len, next_n, page_size)
+    gluon_cfg = None if config else gluon_paged_config(q_fp8.device, batch, max_context_len, next_n, page_size, heads)
     if gluon_cfg is not None:
         return with_fallback(
             _GLUON,
