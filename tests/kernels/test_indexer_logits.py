@@ -83,6 +83,24 @@ def test_decode_logits_fall_back_to_triton_when_the_gluon_kernel_does_not_compil
     assert not indexer_logits.gluon_paged_runs(torch.device("cpu"), 64)  # not tried again in this process
 
 
+def test_the_default_path_gives_the_gluon_kernel_the_config_of_its_head_count(monkeypatch):
+    # as on an H100: next_n 4 at 32 heads (GLM-5's indexer) has chunks of its own, 64 DeepSeek's
+    monkeypatch.setattr(gluon_compat, "_BROKEN", set())
+    monkeypatch.setattr(indexer_gluon, "runs_on", lambda device: True)
+    monkeypatch.setattr(indexer_logits, "num_sms", lambda device: 132)
+    launched = []
+    monkeypatch.setattr(indexer_gluon, "paged_indexer_logits", lambda *args: launched.append(args[-1]))
+    batch, ctx, next_n, page = 24, 32768, 4, 64
+    pool = torch.zeros(1, page * 132, dtype=torch.uint8)
+    table = torch.zeros(batch, ctx // page, dtype=torch.int32)
+    lens = torch.full((batch * next_n,), ctx, dtype=torch.int32)
+    for heads in (32, 64):
+        q = torch.zeros(batch * next_n, heads, 128).to(torch.float8_e4m3fn)
+        indexer_logits.paged_indexer_logits(q, torch.zeros(batch * next_n, heads), pool, table, lens, page, ctx, next_n)
+    assert [c["KEYS_PER_PROG"] for c in launched] == [2048, 1024]
+    assert launched == [indexer_gluon.gluon_config(batch, ctx, next_n, 132, heads) for heads in (32, 64)]
+
+
 def test_a_triton_without_tma_descriptors_gathers_every_tile(monkeypatch):
     monkeypatch.setattr(indexer_logits, "TensorDescriptor", None)
     assert not indexer_logits.paged_config(128, 32768, 1, page_size=64)["TMA"]
