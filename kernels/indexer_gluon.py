@@ -244,7 +244,8 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int, he
       heads at next_n 2, in two MMA units of N = 64 that leave registers for more programs an SM.
       Its chunks go up to 2048 keys where those make one wave (at most four programs an SM) that
       gives no SM more keys than 1024-key chunks would, and past two programs an SM it waits for
-      each MMA (1.25x faster than overlapped at 128 / 4K in 1024-key chunks). H100, 32 heads, against the 64-head config: 1.07x at 32 / 32K, 1.30x at 24 / 32K,
+      each MMA (1.25x faster than overlapped at 128 / 4K in 1024-key chunks; unmeasured between two
+      and three programs an SM in 1024-key chunks, e.g. 9-11 rows of 32K keys). H100, 32 heads, against the 64-head config: 1.07x at 32 / 32K, 1.30x at 24 / 32K,
       1.27x / 1.17x at 128 / 100 rows of 4K (programs of two tokens). 2048-key chunks lost past
       one wave (0.78x at 80 / 16K) and where an SM got more keys (0.95x at 20 / 32K, 160 / 4K).
     - Any other next_n takes programs of one token (next_n 1's config over batch * next_n rows),
