@@ -243,11 +243,11 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int, he
     - At 32 heads or fewer (GLM-5's indexer), next_n 4 does a key's products and scoring of 64
       heads at next_n 2, in two MMA units of N = 64 that leave registers for more programs an SM.
       Its chunks go up to 2048 keys where those make one wave (at most four programs an SM) that
-      gives no SM more keys than 1024-key chunks would, and past two programs an SM it waits for
-      each MMA (1.25x faster than overlapped at 128 / 4K in 1024-key chunks; unmeasured between two
-      and three programs an SM in 1024-key chunks, e.g. 9-11 rows of 32K keys). H100, 32 heads, against the 64-head config: 1.07x at 32 / 32K, 1.30x at 24 / 32K,
-      1.27x / 1.17x at 128 / 100 rows of 4K (programs of two tokens). 2048-key chunks lost past
-      one wave (0.78x at 80 / 16K) and where an SM got more keys (0.95x at 20 / 32K, 160 / 4K).
+      gives no SM more keys than 1024-key chunks would; such a wave of more than two programs an
+      SM waits for each MMA, of at most two it takes programs of two tokens. H100, 32 heads,
+      against the 64-head config: 1.07x at 32 / 32K, 1.30x at 24 / 32K, 1.27x / 1.17x at 128 / 100
+      rows of 4K. 2048-key chunks lost past one wave (0.78x at 80 / 16K) and where an SM got more
+      keys (0.95x at 20 / 32K, 160 / 4K).
     - Any other next_n takes programs of one token (next_n 1's config over batch * next_n rows),
       or of two (next_n 2's over batch * ceil(next_n / 2) requests) from next_n 7, and from 5 where
       those are more than four an SM: a request's pages are read once a program, the repeats from
@@ -276,7 +276,7 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int, he
     longest = 2048 if next_n == 2 or (few_heads and one_wave_of_2048) else 1024
     kpp = next((k for k in (2048, 1024, 512, 256) if k <= longest and programs(k) >= num_sms),
                128 if 2 * programs(128) >= num_sms else 64)
-    if programs(kpp) > (2 if next_n == 4 and few_heads else 4) * num_sms:
+    if programs(kpp) > (2 if next_n == 4 and kpp == 2048 else 4) * num_sms:
         return dict(KEYS_PER_PROG=kpp, STAGES=2, OVERLAP=False, UNROLLED=next_n == 2)
     if next_n == 4 and programs(kpp) <= 2 * num_sms:
         return dict(gluon_config(2 * batch, max_context_len, 2, num_sms, heads), TOKENS_A_PROGRAM=2)
