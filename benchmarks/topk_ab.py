@@ -214,15 +214,17 @@ def timings(variants, indexers, rounds, flush):
 def main():
     variants = {"new": topk_cooperative, "new, three launches": topk}
     indexers = {"new": indexer_logits.indexer_gluon}
+    rounds = 2
     for arg in sys.argv[1:]:
         if arg.startswith("indexer="):
             indexers["base"] = load_variant("indexer_base", arg.split("=", 1)[1])
         elif arg.startswith("shapes="):
             TIME_SHAPES[:] = [tuple(int(v) for v in shape.split("x")) for shape in arg[len("shapes="):].split(",")]
-        elif "=" in arg and not arg.startswith("rounds="):
+        elif arg.startswith("rounds="):
+            rounds = int(arg[len("rounds="):])
+        elif "=" in arg:
             name, path = arg.split("=", 1)
             variants[name] = load_variant(name, path)
-    rounds = next((int(arg[len("rounds="):]) for arg in sys.argv[1:] if arg.startswith("rounds=")), 2)
     quick = "quick" in sys.argv
     if "nochecks" not in sys.argv:
         correctness(variants, 2 if quick else 4)
