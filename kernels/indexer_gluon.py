@@ -247,7 +247,10 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int, he
       SM waits for each MMA, of at most two it takes programs of two tokens. H100, 32 heads,
       against the 64-head config: 1.07x at 32 / 32K, 1.30x at 24 / 32K, 1.27x / 1.17x at 128 / 100
       rows of 4K. 2048-key chunks lost past one wave (0.78x at 80 / 16K) and where an SM got more
-      keys (0.95x at 20 / 32K, 160 / 4K).
+      keys (0.95x at 20 / 32K, 160 / 4K). The grids left to 1024-key chunks at two to three
+      programs an SM (67-99 rows of 4K keys, 9-12 of 32K, 3 of 128K) take programs of two tokens
+      that wait for each MMA, two tiles an iteration, as next_n 2's large grids do: the fastest of
+      every config at six such grids, 1.06-1.12x the 64-head config's overlapped programs.
     - Any other next_n takes programs of one token (next_n 1's config over batch * next_n rows),
       or of two (next_n 2's over batch * ceil(next_n / 2) requests) from next_n 7, and from 5 where
       those are more than four an SM: a request's pages are read once a program, the repeats from
@@ -280,6 +283,8 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int, he
         return dict(KEYS_PER_PROG=kpp, STAGES=2, OVERLAP=False, UNROLLED=next_n == 2)
     if next_n == 4 and programs(kpp) <= 2 * num_sms:
         return dict(gluon_config(2 * batch, max_context_len, 2, num_sms, heads), TOKENS_A_PROGRAM=2)
+    if next_n == 4 and few_heads:  # 1024-key chunks, two to three programs an SM
+        return dict(KEYS_PER_PROG=kpp, STAGES=2, OVERLAP=False, UNROLLED=True, TOKENS_A_PROGRAM=2)
     return dict(KEYS_PER_PROG=kpp, STAGES=4, OVERLAP=True, UNROLLED=False)
 
 

@@ -219,7 +219,14 @@ def test_gluon_paged_kernel_config_follows_the_grid():
         assert indexer_gluon.gluon_config(20, 32768, 4, 132, heads) == cfg(1024, 2, False)
         assert indexer_gluon.gluon_config(80, 16384, 4, 132, heads) == cfg(1024, 2, False)  # 2048: past a wave
         assert indexer_gluon.gluon_config(128, 32768, 2, 132, heads) == cfg(2048, 2, False, unrolled=True)
+        # 1024-key chunks at two to three programs an SM: programs of two tokens, one MMA at a time
+        mid = dict(cfg(1024, 2, False, unrolled=True), **pairs)
+        assert indexer_gluon.gluon_config(10, 32768, 4, 132, heads) == mid  # 320 programs of four tokens
+        assert indexer_gluon.gluon_config(67, 4096, 4, 132, heads) == mid  # 268
+        assert indexer_gluon.gluon_config(99, 4096, 4, 132, heads) == mid  # 396
+        assert indexer_gluon.gluon_config(3, 131072, 4, 132, heads) == mid  # 384
     assert indexer_gluon.gluon_config(24, 32768, 4, 132, 64) == cfg(1024, 2, False)
+    assert indexer_gluon.gluon_config(10, 32768, 4, 132, 64) == cfg(1024, 4, True)
 
 
 def test_gluon_paged_kernel_keeps_logits_in_l2_only_when_they_fit_half_of_it(monkeypatch):
@@ -346,14 +353,14 @@ def test_paged_logits_take_the_gluon_kernel_on_hopper_and_match_triton(next_n, b
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads", [32, 16], ids=["glm5-heads", "tiny-heads"])
 @pytest.mark.parametrize("next_n", [1, 2, 3, 4])
-@pytest.mark.parametrize("batch, ctx", [(80, 16384), (24, 32768), (2, 5000)],
-                         ids=["large-grid", "one-wave", "small-grid"])
+@pytest.mark.parametrize("batch, ctx", [(80, 16384), (24, 32768), (10, 32768), (2, 5000)],
+                         ids=["large-grid", "one-wave", "mid-grid", "small-grid"])
 def test_gluon_paged_kernel_at_fewer_heads_equals_triton_and_the_reference(heads, next_n, batch, ctx):
     """GLM-5's indexer has 32 heads and the tiny checkpoints 16: an MMA unit is then N = 32 or 16
     columns a token. Every schedule the default path picks there (the large grid one MMA at a
-    time at next_n 2 and 4, at next_n 4 one wave of 2048-key programs, the small grid overlapped,
-    next_n 3 and 4 in programs of some of a request's tokens) gives the Triton kernel's logits bit
-    for bit."""
+    time at next_n 2 and 4, at next_n 4 one wave of 2048-key programs, the mid grid at next_n 4
+    programs of two tokens one MMA at a time, the small grid overlapped, next_n 3 and 4 in
+    programs of some of a request's tokens) gives the Triton kernel's logits bit for bit."""
     q, w, pool, table, lens = _deepseek_paged_case(next_n, seq=[ctx - 3 * i for i in range(batch)], heads=heads)
     got = indexer_logits.paged_indexer_logits(q, w, pool, table, lens, 64, ctx, next_n)
     cfg = dict(indexer_logits.paged_config(batch, ctx, next_n, page_size=64))
