@@ -12,7 +12,9 @@ sms = torch.cuda.get_device_properties(0).multi_processor_count
 out = dict(gpu=torch.cuda.get_device_name(0), heads=H, next_n=N, rows=[])
 pool = random_index_pool(160 * 32768 // PAGE + 64, PAGE)
 keys, scales = indexer_logits.pool_parts(pool, PAGE)
-for batch, ctx in [(32, 32768), (128, 4096), (20, 32768), (24, 32768), (100, 4096), (160, 4096)]:
+# SHAPES=ROWSxKEYS,... compares other grids (the forty-third session's mid grids)
+SHAPES = [tuple(map(int, x.split("x"))) for x in os.environ.get("SHAPES", "32x32768,128x4096,20x32768,24x32768,100x4096,160x4096").split(",")]
+for batch, ctx in SHAPES:
     table = torch.randperm(pool.shape[0], device="cuda")[: batch * ctx // PAGE].view(batch, -1).int()
     lens = torch.stack([torch.full((batch,), ctx - N + j + 1, device="cuda") for j in range(N)], 1).reshape(-1).int()
     q = torch.randn(batch * N, H, 128, device="cuda").to(torch.float8_e4m3fn)

@@ -13,7 +13,9 @@ out = dict(gpu=torch.cuda.get_device_name(0), heads=H, rows=[])
 pool = random_index_pool(128 * 32768 // PAGE + 64, PAGE)
 keys, scales = indexer_logits.pool_parts(pool, PAGE)
 t0 = time.time()
-for (batch, ctx), next_n in itertools.product([(32, 32768), (128, 32768), (128, 4096), (32, 4096)], (2, 4)):
+# SHAPES=ROWSxKEYS,... and NEXT_NS=4,... sweep other grids (the forty-third session's mid grids)
+SHAPES = [tuple(map(int, x.split("x"))) for x in os.environ.get("SHAPES", "32x32768,128x32768,128x4096,32x4096").split(",")]
+for (batch, ctx), next_n in itertools.product(SHAPES, [int(x) for x in os.environ.get("NEXT_NS", "2,4").split(",")]):
     table = torch.randperm(pool.shape[0], device="cuda")[: batch * ctx // PAGE].view(batch, -1).int()
     lens = torch.stack([torch.full((batch,), ctx - next_n + j + 1, device="cuda") for j in range(next_n)], 1).reshape(-1).int()
     q = torch.randn(batch * next_n, H, 128, device="cuda").to(torch.float8_e4m3fn)

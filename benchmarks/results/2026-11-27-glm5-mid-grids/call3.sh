@@ -11,7 +11,7 @@ if grep -q H200 $OUT/gpu.txt; then
   echo "decode rc $? $(( $(date +%s) - start )) s"; grep "^|" $OUT/decode/results.md | head -40
   left=$(( 570 - $(date +%s) + start ))
 else
-  HEADS=32 timeout 300 python3 benchmarks/results/2026-11-27-glm5-mid-grids/sweep_mid.py 2>&1 | tail -8
+  HEADS=32 SHAPES=80x4096,96x4096,40x8192,20x16384,10x32768,3x131072 NEXT_NS=4 timeout 300 python3 benchmarks/results/2026-11-27-glm5-index-heads/sweep32.py 2>&1 | tail -8
   echo "sweep $(( $(date +%s) - start )) s"
   left=$(( 570 - $(date +%s) + start ))
 fi

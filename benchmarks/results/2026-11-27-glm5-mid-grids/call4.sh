@@ -7,5 +7,5 @@ nvidia-smi --query-gpu=name,power.limit,uuid --format=csv,noheader | tee $OUT/gp
 start=$(date +%s)
 timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider -k "fewer_heads or take_the_gluon or config" tests/kernels/test_indexer_logits.py 2>&1 | tail -4 | tee $OUT/gpu-tests.txt
 echo "tests $(( $(date +%s) - start )) s"
-timeout 200 python3 benchmarks/results/2026-11-27-glm5-mid-grids/ab_mid.py 2>&1 | tail -12
+SHAPES=67x4096,80x4096,96x4096,40x8192,20x16384,10x32768,12x32768,5x65536,3x131072 timeout 200 python3 benchmarks/results/2026-11-27-glm5-index-heads/ab32.py 2>&1 | tail -12
 echo "all $(( $(date +%s) - start )) s"
