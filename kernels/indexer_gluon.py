@@ -250,7 +250,7 @@ def gluon_config(batch: int, max_context_len: int, next_n: int, num_sms: int, he
       keys (0.95x at 20 / 32K, 160 / 4K). The grids left to 1024-key chunks at two to three
       programs an SM (67-99 rows of 4K keys, 9-12 of 32K, 3 of 128K) take programs of two tokens
       that wait for each MMA, two tiles an iteration, as next_n 2's large grids do: the fastest of
-      every config at six such grids, 1.06-1.12x the 64-head config's overlapped programs.
+      every config at six such grids, 1.08-1.13x the 64-head config's overlapped programs at nine.
     - Any other next_n takes programs of one token (next_n 1's config over batch * next_n rows),
       or of two (next_n 2's over batch * ceil(next_n / 2) requests) from next_n 7, and from 5 where
       those are more than four an SM: a request's pages are read once a program, the repeats from
