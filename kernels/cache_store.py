@@ -43,7 +43,7 @@ def _to_bf16(x):
     return bits.to(tl.float32, bitcast=True).to(tl.bfloat16)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_tokens"])  # kernels/specialization.py
 def _store_index_keys_kernel(
     keys_ptr, stride_keys, slots_ptr, had_ptr, vals_ptr, scales_ptr, num_tokens,
     PAGE: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, ROTATE: tl.constexpr,
@@ -93,7 +93,7 @@ def store_index_keys(
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_tokens"])  # kernels/specialization.py
 def _store_mla_bf16_kernel(
     lat_ptr, stride_lat, rope_ptr, stride_rope, slots_ptr, pool_ptr, stride_pool, num_tokens,
     DL: tl.constexpr, DR: tl.constexpr, BLOCK_T: tl.constexpr,
@@ -111,7 +111,7 @@ def _store_mla_bf16_kernel(
     tl.store(row + DL + dr, _to_bf16(rope), mask=ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_tokens"])  # kernels/specialization.py
 def _store_mla_fp8_kernel(
     lat_ptr, stride_lat, rope_ptr, stride_rope, slots_ptr, vals_ptr, scales_ptr, rope_out_ptr, num_tokens,
     ROW: tl.constexpr, TILE: tl.constexpr, NT: tl.constexpr, DR: tl.constexpr, BLOCK_T: tl.constexpr,

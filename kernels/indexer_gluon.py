@@ -38,6 +38,7 @@ from dsa_backend.cache.layout import INDEX_HEAD_DIM
 from .device import l2_bytes
 from .gluon_compat import barrier, tma_load
 from .host_math import cdiv
+from .specialization import logits_rows
 
 BLOCK_K = 64  # keys per tile: one wgmma M block, and the TMA box inside a page
 D = gl.constexpr(INDEX_HEAD_DIM)
@@ -94,7 +95,7 @@ def _score(acc, w0, w1, sc, lens0, lens1, group: gl.constexpr, first, out_rows, 
         _score_unit(acc, w1, sc, lens1, first, rows, stride_out, limit, BLOCK, GROUP, H, STORE, EVICT)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["stride_bt", "bt_width", "max_len"])  # kernels/specialization.py
 def _paged_logits_kernel(
     q_ptr, w_ptr, keys, scales, bt_ptr, stride_bt, bt_width, lens_ptr, out_ptr, stride_out, max_len,
     H: gl.constexpr, PAGE: gl.constexpr, BLOCK: gl.constexpr, KEYS_PER_PROG: gl.constexpr, STAGES: gl.constexpr,
@@ -302,7 +303,7 @@ def paged_indexer_logits(q_fp8, weights, keys, scales, block_table, context_lens
     """Arguments as kernels/indexer_logits.paged_indexer_logits (next_n 1, 2 or 4), already checked
     there; keys [pages, page_size, 128] and scales [pages, page_size] are its pool_parts views."""
     n, heads, _ = q_fp8.shape
-    out = torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
+    out = logits_rows(n, max_context_len, q_fp8.device)
     key_tiles = TensorDescriptor.from_tensor(keys, [1, BLOCK_K, INDEX_HEAD_DIM], KEY_TILE_LAYOUT)
     scale_tiles = TensorDescriptor.from_tensor(scales, [1, BLOCK_K], SCALE_TILE_LAYOUT)
     config = dict(config)

@@ -31,6 +31,7 @@ from dsa_backend.cache.layout import INDEX_FP8_BYTES, INDEX_HEAD_DIM
 
 from .device import capability, num_sms
 from .host_math import cdiv, next_power_of_2
+from .specialization import logits_rows
 
 
 @triton.jit
@@ -66,7 +67,7 @@ def _key_tile(keys, scales, bt_row, first, req_len, D: tl.constexpr, PAGE: tl.co
     return k, k_scale
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_bt"])  # kernels/specialization.py
 def _paged_logits_kernel(
     q_ptr, w_ptr, keys, scales, bt_ptr, stride_bt, lens_ptr, out_ptr, stride_out, max_len,
     NEXT_N: tl.constexpr, NP: tl.constexpr, H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
@@ -222,7 +223,7 @@ def paged_indexer_logits(
     if index_pool.shape[-1] != page_size * INDEX_FP8_BYTES or not index_pool.is_contiguous():
         raise ValueError(f"index_pool must be contiguous uint8 [pages, {page_size * INDEX_FP8_BYTES}]")
     if n == 0 or max_context_len == 0:
-        return torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
+        return logits_rows(n, max_context_len, q_fp8.device)
 
     def triton_config():  # TMA key tiles where the GPU has TMA
         return paged_config(batch, max_context_len, next_n, page_size=page_size, tma=_has_tma(q_fp8.device))
@@ -237,7 +238,7 @@ def paged_indexer_logits(
                                                        gluon_cfg),
             lambda: paged_indexer_logits(q_fp8, weights, index_pool, block_table, context_lens, page_size,
                                          max_context_len, next_n, clean_logits, config=triton_config()))
-    out = torch.empty(n, max_context_len, device=q_fp8.device, dtype=torch.float32)
+    out = logits_rows(n, max_context_len, q_fp8.device)
     cfg = dict(config or triton_config())
     cfg.setdefault("TMA", False)
     if cfg["TMA"] and TensorDescriptor is None:
@@ -254,7 +255,7 @@ def paged_indexer_logits(
     return out
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_q"])  # kernels/specialization.py
 def _ragged_logits_kernel(
     q_ptr, w_ptr, k_ptr, kscale_ptr, ks_ptr, ke_ptr, out_ptr, stride_out, num_q, num_k,
     BLOCK_Q: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
@@ -312,7 +313,7 @@ def ragged_indexer_logits(
         raise RuntimeError("ragged indexer logits need per-token key ranges k_start/k_end; got None")
     if k_fp8.shape != (num_k, INDEX_HEAD_DIM) or k_scale.shape != (num_k,):
         raise ValueError(f"k_fp8 must be [Nk, {INDEX_HEAD_DIM}] and k_scale [Nk]")
-    out = torch.empty(num_q, num_k, device=q_fp8.device, dtype=torch.float32)
+    out = logits_rows(num_q, num_k, q_fp8.device)
     if num_q == 0 or num_k == 0:
         return out
     # from the H200 sweeps in docs/PERFORMANCE.md (4096 causal queries over 32K keys, CUDA graphs):

@@ -328,7 +328,7 @@ def _write_items(key, live, pos, val, thr, need, tie_shift, slot_shift, ties_see
     return ties_seen + tl.sum(tie, axis=0), taken_seen + tl.sum(taken, axis=0)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_bt"])  # kernels/specialization.py
 def _select_write_kernel(
     logits_ptr, stride_logits, starts_ptr, lens_ptr, count_ptr, cand_ptr, runs_ptr, scratch_ptr, out_ptr, stride_out,
     bt_ptr, stride_bt, offs_ptr, NEXT_N, KEY_BLOCK,

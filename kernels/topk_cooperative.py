@@ -234,7 +234,7 @@ def _streamed(
                          CHUNKS, PAIR_CAP, PAGE, TRANSFORM)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_bt"])  # kernels/specialization.py
 def _topk_kernel(
     logits_ptr, stride_logits, starts_ptr, lens_ptr, counters, exch_ptr, gather_ptr, list_ptr, flags_ptr, out_ptr,
     stride_out, bt_ptr, stride_bt, offs_ptr, NEXT_N,
