@@ -22,4 +22,4 @@ ROW_ALIGN = 16  # Triton's divisibility specialization
 def logits_rows(rows: int, width: int, device: torch.device) -> torch.Tensor:
     """Uninitialized fp32 [rows, width] whose rows start every ROW_ALIGN floats."""
     padded = -(-width // ROW_ALIGN) * ROW_ALIGN
-    return torch.empty(rows, padded, device=device, dtype=torch.float32)[:, :width]
+    return torch.empty_strided((rows, width), (padded, 1), device=device, dtype=torch.float32)
