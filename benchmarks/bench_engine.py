@@ -3,7 +3,8 @@
     python3 benchmarks/bench_engine.py --model /tmp/v32 [--batch 32] [--prompt-len 2304] [--steps 32]
 
 Both backends serve the same requests on one Engine (loaded once); only decode steps (every
-request past its prefill) are timed. Prints one JSON line; --json writes it to a file too.
+request past its prefill) are timed, each on its own too (steps_ms, median_step_ms: a compile or a
+slow host shows as one step). Prints one JSON line; --json writes it to a file too.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import statistics
 import time
 
 import torch
@@ -46,12 +48,15 @@ def decode_throughput(engine: Engine, backend, batch: int, prompt_len: int, step
     _sync(engine)
     t0 = time.perf_counter()
     tokens = 0
+    step_ms = []  # each step on its own, so that a stall (a compile, a slow host) shows as one
     for _ in range(steps):
+        t = time.perf_counter()
         tokens += sum(len(o.new_token_ids) for o in engine.step())
-    _sync(engine)
+        _sync(engine)
+        step_ms.append(round(1000 * (time.perf_counter() - t), 2))
     elapsed = time.perf_counter() - t0
     n_steps = steps
-    print(f"{tag}: {n_steps} decode steps, {tokens / elapsed:.1f} tokens/s "
+    print(f"{tag}: {n_steps} decode steps, {tokens / elapsed:.1f} tokens/s, median step {statistics.median(step_ms):.2f} ms "
           f"(prefill + warm-up {t0 - t_prefill:.1f} s)", flush=True)
     for rid in produced:
         engine.abort(rid)
@@ -59,7 +64,7 @@ def decode_throughput(engine: Engine, backend, batch: int, prompt_len: int, step
         pass
     return dict(backend=tag, decode_steps=n_steps, tokens=tokens, seconds=round(elapsed, 4),
                 tokens_per_s=round(tokens / elapsed, 1), step_ms=round(1000 * elapsed / n_steps, 2),
-                prefill_and_warmup_s=round(t0 - t_prefill, 2))
+                median_step_ms=statistics.median(step_ms), steps_ms=step_ms, prefill_and_warmup_s=round(t0 - t_prefill, 2))
 
 
 def main() -> None:
@@ -87,9 +92,10 @@ def main() -> None:
     result = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name() if a.device == "cuda" else a.device,
                   libraries=dsa_kernels.available_backends(a.device), model=a.model, batch=a.batch, prompt_len=a.prompt_len, kv_cache_dtype=a.kv_cache_dtype,
                   batch_invariant=a.batch_invariant, runs=runs)
-    speed = {r["backend"]: r["tokens_per_s"] for r in runs}
-    if len(speed) == 2:
-        result["kernel_over_torch"] = round(speed["kernel"] / speed["torch"], 2)
+    by = {r["backend"]: r for r in runs}
+    if len(by) == 2:
+        result["kernel_over_torch"] = round(by["kernel"]["tokens_per_s"] / by["torch"]["tokens_per_s"], 2)
+        result["kernel_over_torch_median_step"] = round(by["torch"]["median_step_ms"] / by["kernel"]["median_step_ms"], 2)
     print(json.dumps(result))
     if a.json:
         with open(a.json, "w") as f:
