@@ -68,7 +68,7 @@ def _rope_rows(kv_ptr, kv_bf16_ptr, row, ok, FP8: tl.constexpr):
     return rope
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])  # kernels/specialization.py
 def _sparse_mla_kernel(
     q_ptr, stride_qn, stride_qh, kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, num_slots,
     idx_ptr, stride_idx, topk, out_ptr, lse_ptr, scale_log2, keys_per_split, num_splits,

@@ -8,7 +8,9 @@ middle of serving"). Two measures:
   the indexers write through and the top-k reads through, is always divisible: one variant, the
   one with aligned rows (the top-k was up to 3% faster with it at 32 rows of 128K keys);
 - the kernels name in do_not_specialize the step-varying integers that only bound token masks or
-  step through block tables a scalar at a time. Those that bound a row's columns in the Triton
+  step through block tables a scalar at a time, and sparse MLA's split count, which only places a
+  program's split (its batch-dependent split of 16 compiled the Gluon kernel again, 2 of its 23
+  compiles over batches 1-48 on an H100). Those that bound a row's columns in the Triton
   indexers (max_len, num_k) stay specialized, not measured without: a divisible bound lets a
   masked store take several columns a thread."""
 

@@ -68,3 +68,34 @@ def test_growing_contexts_reuse_the_compiled_decode_kernels(monkeypatch):
         step(context, new_tokens, width)
     torch.cuda.synchronize()
     assert compiled == []
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gluon", [True, False], ids=["gluon", "triton"])
+def test_split_counts_of_one_config_share_a_compiled_sparse_mla_kernel(monkeypatch, gluon):
+    """Sparse MLA's split count follows the batch; splits of 3, 5, 8 and 16 run one kernel config
+    (partials merged by the merge kernel), and 16, divisible by 16, used to compile it again."""
+    from dsa_kernels import sparse_mla
+
+    if gluon and not sparse_mla.gluon_runs(torch.zeros(1, 64, 576, dtype=torch.bfloat16, device="cuda"),
+                                           torch.zeros(64, 656, dtype=torch.uint8, device="cuda")):
+        pytest.skip("the Gluon kernel is sm_90 only")
+    slots, topk = 4096, 2048
+    pool = torch.zeros(slots, 656, dtype=torch.uint8, device="cuda")
+    cache_store.store_mla(pool, torch.randn(slots, 512, device="cuda"), torch.randn(slots, 64, device="cuda"),
+                          torch.arange(slots, device="cuda"))
+    q = torch.randn(2, 64, 576, device="cuda").to(torch.bfloat16)
+    idx = torch.randint(0, slots, (2, topk), device="cuda").int()
+    base = {} if gluon else sparse_mla.mla_config(2, 64, topk)
+
+    def attend(split):
+        return sparse_mla.sparse_mla(q, pool, idx, 576**-0.5, config=dict(base, SPLIT=split), gluon=gluon)
+
+    want, _ = attend(3)  # compiles the config
+    compiled = []
+    monkeypatch.setattr(triton.knobs.runtime, "jit_cache_hook", lambda **kw: compiled.append(kw["fn"].name))
+    for split in (5, 8, 16):
+        out, _ = attend(split)
+        assert (out.float() - want.float()).abs().max() < 2e-2  # the splits' sums round apart
+    torch.cuda.synchronize()
+    assert "_sparse_mla_kernel" not in compiled
