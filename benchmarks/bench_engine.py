@@ -64,7 +64,7 @@ def decode_throughput(engine: Engine, backend, batch: int, prompt_len: int, step
         pass
     return dict(backend=tag, decode_steps=n_steps, tokens=tokens, seconds=round(elapsed, 4),
                 tokens_per_s=round(tokens / elapsed, 1), step_ms=round(1000 * elapsed / n_steps, 2),
-                median_step_ms=statistics.median(step_ms), steps_ms=step_ms, prefill_and_warmup_s=round(t0 - t_prefill, 2))
+                median_step_ms=round(statistics.median(step_ms), 2), steps_ms=step_ms, prefill_and_warmup_s=round(t0 - t_prefill, 2))
 
 
 def main() -> None:
