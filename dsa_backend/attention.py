@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
+from dataclasses import dataclass
 
 import torch
 
@@ -57,6 +58,50 @@ def positions_to_slots(batch: ForwardBatch, positions: torch.Tensor) -> torch.Te
     """Top-k positions [tokens, k] -> pool slot ids [tokens, k] int32 (-1 stays -1)."""
     table = batch.block_table[request_of_token(batch)]
     return ref.paged_transform_ref(positions, table, batch.page_size)
+
+
+# The ragged indexer's logits are [query rows, keys of the rows' requests] fp32. A prefill chunk
+# batched with the decode tokens of many long requests would make one call of every request's keys
+# (2048 + 63 rows against 64 requests of 32K keys: 17 GB on an H100). Pieces stay within this: a
+# 2048-token chunk of a 128K prompt in one call. Each further piece costs ~0.7 ms of host time a
+# layer (H100, docs/PERFORMANCE.md, "Prefill chunks among long decodes").
+EXTEND_LOGITS_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class RaggedPiece:
+    """One ragged indexer call of an EXTEND batch: token rows [rows] of requests [requests], which
+    see the first key_lens[i] keys of the piece's i-th request (its last row's position + 1)."""
+
+    rows: slice
+    requests: slice
+    key_lens: list[int]
+
+
+def ragged_pieces(extend_lens: list[int], seq_lens: list[int], max_logits: int) -> list[RaggedPiece]:
+    """Cut an EXTEND batch (causal: request r's rows take positions seq_lens[r] - extend_lens[r]
+    on) into calls of at most max_logits logits: runs of whole requests where they fit together, and
+    a request that does not fit alone in slices of its rows, max_logits // seq_len rows each."""
+    pieces, first, rows, keys, row0 = [], 0, 0, 0, 0
+
+    def close(end: int) -> None:
+        if end > first:
+            pieces.append(RaggedPiece(slice(row0, row0 + rows), slice(first, end), seq_lens[first:end]))
+
+    for r, (n, length) in enumerate(zip(extend_lens, seq_lens)):
+        if (rows + n) * (keys + length) > max_logits:
+            close(r)
+            first, row0, rows, keys = r, row0 + rows, 0, 0
+            if n * length > max_logits:
+                step, prefix = max(1, max_logits // length), length - n
+                for a in range(0, n, step):
+                    b = min(n, a + step)
+                    pieces.append(RaggedPiece(slice(row0 + a, row0 + b), slice(r, r + 1), [prefix + b]))
+                first, row0 = r + 1, row0 + n
+                continue
+        rows, keys = rows + n, keys + length
+    close(len(seq_lens))
+    return pieces
 
 
 def fold_indexer_scales(q: torch.Tensor, weights: torch.Tensor, fp8: bool,
@@ -128,8 +173,9 @@ class KernelDsaBackend:
     pool are bf16. Draft trees need no mask
     kernel: the indexer ranks each token's visible keys (_tree_topk), sparse MLA reads the top-k."""
 
-    def __init__(self):
+    def __init__(self, extend_logits_bytes: int = EXTEND_LOGITS_BYTES):
         self.reference = TorchDsaBackend()
+        self.extend_logits_bytes = extend_logits_bytes
 
     def indexer_topk(self, q: torch.Tensor, weights: torch.Tensor, pool: IndexerKeyPool, layer: int,
                      batch: ForwardBatch, topk: int, softmax_scale: float) -> torch.Tensor:
@@ -145,13 +191,12 @@ class KernelDsaBackend:
         if batch.tree is not None:
             return self._tree_topk(q_fp8, w, keys, batch, context, topk)
         if batch.mode is ForwardMode.EXTEND:
-            logits, starts = self._ragged_logits(q_fp8, w, keys, batch)
-        else:
-            logits, starts = self._paged_logits(q_fp8, w, keys, batch, context, clean_logits=False), None
+            return self._extend_topk(q_fp8, w, keys, batch, context, topk)
+        logits = self._paged_logits(q_fp8, w, keys, batch, context, clean_logits=False)
         # The ragged transform with zero offsets leaves positions within the request. It reads each
-        # row's [start, start + context) only, so the logits skip their -inf fill past those ranges.
+        # row's first `context` columns only, so the logits skip their -inf fill past them.
         zeros = torch.zeros(batch.num_tokens, dtype=torch.int32, device=q.device)
-        return dsa_kernels.topk_transform(logits, context, topk, "ragged", row_starts=starts, offsets=zeros)
+        return dsa_kernels.topk_transform(logits, context, topk, "ragged", offsets=zeros)
 
     @staticmethod
     def _tree_topk(q_fp8, w, keys, batch: ForwardBatch, context, topk: int) -> torch.Tensor:
@@ -191,22 +236,50 @@ class KernelDsaBackend:
                                                 page_size=batch.page_size, max_context_len=int(batch.seq_lens.max()),
                                                 next_n=next_n, clean_logits=clean_logits, backend=backend)
 
+    def _extend_topk(self, q_fp8, w, keys, batch: ForwardBatch, context, topk: int) -> torch.Tensor:
+        """Prefill chunks, and the decode tokens batched with them, through the ragged path, in
+        pieces whose logits stay within extend_logits_bytes (ragged_pieces; they follow the rows).
+        A piece's logits are freed before the next piece's are made."""
+        extend_lens, seq_lens = torch.stack([batch.extend_lens, batch.seq_lens]).tolist()
+        picked = [self._piece_topk(q_fp8, w, keys, batch, piece, context, topk)
+                  for piece in ragged_pieces(extend_lens, seq_lens, self.extend_logits_bytes // 4)]
+        return picked[0] if len(picked) == 1 else torch.cat(picked)
+
     @staticmethod
-    def _ragged_logits(q_fp8, w, keys, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gather every request's keys [0, seq_len) into one buffer; query t sees its request's
-        range up to its own position. -> (logits [T, sum seq_lens], row starts [T] int32)."""
+    def _piece_topk(q_fp8, w, keys, batch: ForwardBatch, piece: RaggedPiece, context, topk: int) -> torch.Tensor:
         import dsa_kernels
 
-        seq_lens = batch.seq_lens.long()
-        base = torch.cumsum(seq_lens, 0) - seq_lens
-        num_keys = int(seq_lens.sum())
-        req_of_key = torch.repeat_interleave(torch.arange(batch.batch_size, device=seq_lens.device), seq_lens,
+        rows = piece.rows
+        logits, starts = KernelDsaBackend._ragged_logits(q_fp8[rows], w[rows], keys, batch, piece)
+        # The ragged transform with zero offsets leaves positions within the request. It reads each
+        # row's [start, start + context) only, so the logits skip their -inf fill there.
+        return dsa_kernels.topk_transform(logits, context[rows], topk, "ragged", row_starts=starts,
+                                          offsets=torch.zeros_like(starts))
+
+    @staticmethod
+    def _ragged_logits(q_fp8, w, keys, batch: ForwardBatch, piece: RaggedPiece) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gather the piece's requests' keys [0, piece.key_lens[i]) into one buffer; query t sees
+        its request's range up to its own position. -> (logits [rows, sum key_lens], row starts
+        [rows] int32)."""
+        import dsa_kernels
+
+        device = q_fp8.device
+        # Key counts on the device without a copy from the host (which would wait for the GPU):
+        # requests of a run see their seq_len, a slice of one request what its last row sees.
+        if piece.requests.stop - piece.requests.start > 1:
+            key_lens = batch.seq_lens[piece.requests].long()
+        else:
+            key_lens = batch.positions[piece.rows.stop - 1 : piece.rows.stop].long() + 1
+        num_keys = sum(piece.key_lens)
+        base = torch.cumsum(key_lens, 0) - key_lens
+        req_of_key = torch.repeat_interleave(torch.arange(len(piece.key_lens), device=device), key_lens,
                                              output_size=num_keys)
-        pos = torch.arange(num_keys, device=seq_lens.device) - base[req_of_key]
-        slots = batch.block_table.long()[req_of_key, pos // batch.page_size] * batch.page_size + pos % batch.page_size
+        pos = torch.arange(num_keys, device=device) - base[req_of_key]
+        table = batch.block_table[piece.requests].long()
+        slots = table[req_of_key, pos // batch.page_size] * batch.page_size + pos % batch.page_size
         k_fp8, k_scale = ref.gather_index_keys_ref(keys, slots, batch.page_size)
-        start = base[request_of_token(batch)]
-        end = start + batch.positions.long() + 1
+        start = base[request_of_token(batch)[piece.rows] - piece.requests.start]
+        end = start + batch.positions[piece.rows].long() + 1
         logits = dsa_kernels.ragged_indexer_logits(q_fp8, w, k_fp8.contiguous(), k_scale, start.int(), end.int(),
                                                    clean_logits=False)
         return logits, start.int()

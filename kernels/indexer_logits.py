@@ -31,6 +31,7 @@ from dsa_backend.cache.layout import INDEX_FP8_BYTES, INDEX_HEAD_DIM
 
 from .device import capability, num_sms
 from .host_math import cdiv, next_power_of_2
+from .reference import pool_parts
 from .specialization import logits_rows
 
 
@@ -156,14 +157,6 @@ def paged_config(batch: int, max_context_len: int, next_n: int, num_sms: int = 1
     wide = next_n > 2
     return dict(BLOCK_K=64, KEYS_PER_PROG=keys_per_prog, num_warps=8 if wide else 4, num_stages=3 if wide else 2,
                 TMA=tma)
-
-
-def pool_parts(index_pool: torch.Tensor, page_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The pool's keys [pages, page_size, 128] e4m3 and scales [pages, page_size] fp32, as strided
-    views (a page is page_size keys of 128 B, then their scales): what TMA descriptors are cut from."""
-    keys = index_pool[:, : page_size * INDEX_HEAD_DIM].view(torch.float8_e4m3fn)
-    scales = index_pool.view(torch.float32)[:, page_size * INDEX_HEAD_DIM // 4:]
-    return keys.unflatten(1, (page_size, INDEX_HEAD_DIM)), scales
 
 
 def _key_sources(index_pool: torch.Tensor, page_size: int, block_k: int, tma: bool) -> tuple:

@@ -84,6 +84,15 @@ def store_mla_ref(pool: torch.Tensor, latent: torch.Tensor, rope: torch.Tensor, 
         pool[slots] = torch.cat([latent, rope], dim=-1).to(pool.dtype)
 
 
+def pool_parts(index_pool: torch.Tensor, page_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The FP8 pool's keys [pages, page_size, 128] e4m3 and scales [pages, page_size] fp32, as strided
+    views (a page is page_size keys of 128 B, then their scales): what the kernels read, and what
+    TMA descriptors are cut from."""
+    keys = index_pool[:, : page_size * INDEX_HEAD_DIM].view(FP8)
+    scales = index_pool.view(torch.float32)[:, page_size * INDEX_HEAD_DIM // 4:]
+    return keys.unflatten(1, (page_size, INDEX_HEAD_DIM)), scales
+
+
 def gather_index_keys_ref(pool: torch.Tensor, slots: torch.Tensor, page_size: int):
     """Read back keys at slots [T] -> (values [T, 128] e4m3, scales [T] float32).
 
@@ -93,11 +102,8 @@ def gather_index_keys_ref(pool: torch.Tensor, slots: torch.Tensor, page_size: in
     if pool.dtype != torch.uint8:
         return pool[slots], torch.ones(slots.shape[0], device=pool.device)
     page, off = slots // page_size, slots % page_size
-    cols = off[:, None] * INDEX_HEAD_DIM + torch.arange(INDEX_HEAD_DIM, device=pool.device)
-    values = pool[page[:, None], cols].view(FP8)
-    scale_cols = page_size * INDEX_HEAD_DIM + off[:, None] * 4 + torch.arange(4, device=pool.device)
-    scales = pool[page[:, None], scale_cols].contiguous().view(torch.float32).view(-1)
-    return values, scales
+    keys, scales = pool_parts(pool, page_size)
+    return keys[page, off], scales[page, off]  # an index a key, not a byte (2.1M keys: 4 GB less)
 
 
 # ---------------------------------------------------------------- indexer logits
@@ -262,6 +268,7 @@ __all__ = [
     "store_index_keys_ref",
     "store_mla_ref",
     "gather_index_keys_ref",
+    "pool_parts",
     "paged_indexer_logits_ref",
     "ragged_indexer_logits_ref",
     "topk_positions_ref",

@@ -13,7 +13,7 @@ import torch
 
 from checkpoints import random_prompts
 from dsa_backend.attention import (KernelDsaBackend, TorchDsaBackend, default_backend, per_token_context_lens,
-                                   shared_page_walk)
+                                   ragged_pieces, shared_page_walk)
 from dsa_backend.batch import ForwardBatch, ForwardMode, TreeLayout
 from dsa_backend.cache import KVCache, pages_needed
 from dsa_backend.config import ModelConfig
@@ -145,6 +145,53 @@ def test_tree_topk_of_two_requests_equals_the_reference(config, second_tree):
     q, w = torch.randn(sum(sizes), HEADS, 128, generator=gen), torch.randn(sum(sizes), HEADS, generator=gen)
     want = TorchDsaBackend().indexer_topk(q, w, cache.indexer, layer, batch, TOPK, 0.1)
     assert torch.equal(KernelDsaBackend().indexer_topk(q, w, cache.indexer, layer, batch, TOPK, 0.1), want)
+
+
+def test_ragged_pieces_cover_every_row_once_within_the_logits_budget():
+    cases = [  # (extend_lens, seq_lens, max_logits)
+        ([5, 1, 1, 7], [5, 30, 40, 20], 10_000),   # one call, as before the pieces
+        ([5, 1, 1, 7], [5, 30, 40, 20], 100),      # runs of whole requests
+        ([40, 1, 3], [40, 90, 50], 300),           # the first request alone does not fit: slices of its rows
+        ([1] * 6, [30] * 6, 30),                   # one decode token a call
+    ]
+    for extend_lens, seq_lens, max_logits in cases:
+        pieces = ragged_pieces(extend_lens, seq_lens, max_logits)
+        assert [p.rows.start for p in pieces] == [0] + [p.rows.stop for p in pieces[:-1]]
+        assert pieces[-1].rows.stop == sum(extend_lens)
+        ends = [sum(extend_lens[: r + 1]) for r in range(len(extend_lens))]
+        for p in pieces:
+            assert (p.rows.stop - p.rows.start) * sum(p.key_lens) <= max_logits, (extend_lens, p)
+            assert len(p.key_lens) == p.requests.stop - p.requests.start
+            for i, r in enumerate(range(p.requests.start, p.requests.stop)):  # the last row's position + 1
+                last_row = min(ends[r], p.rows.stop) - 1
+                assert p.key_lens[i] == seq_lens[r] - (ends[r] - 1 - last_row)
+    assert len(ragged_pieces([5, 1, 1, 7], [5, 30, 40, 20], 10_000)) == 1
+    assert [p.requests for p in ragged_pieces([40, 1, 3], [40, 90, 50], 300)][-2:] == [slice(1, 2), slice(2, 3)]
+
+
+def test_a_prefill_chunk_among_long_decodes_is_ranked_in_pieces(config, monkeypatch):
+    """An EXTEND batch of two prefill chunks and decode tokens of longer requests: the kernel
+    backend's ragged calls stay within its logits budget and rank as the reference does."""
+    import dsa_kernels
+
+    lengths, new = [30, 41, 26, 37, 12], [1, 1, 9, 1, 12]
+    cache, pages = _filled_cache(config, "fp8", lengths)
+    layer = next(iter(cache.indexer.index_of_layer))
+    batch = ForwardBatch.build(ForwardMode.EXTEND, [[1] * n for n in new], [s - n for s, n in zip(lengths, new)],
+                               pages, PAGE)
+    gen = torch.Generator().manual_seed(5)
+    q, w = torch.randn(batch.num_tokens, HEADS, 128, generator=gen), torch.randn(batch.num_tokens, HEADS, generator=gen)
+    want = TorchDsaBackend().indexer_topk(q, w, cache.indexer, layer, batch, TOPK, 0.1)
+    sizes, ragged = [], dsa_kernels.ragged_indexer_logits
+    monkeypatch.setattr(dsa_kernels, "ragged_indexer_logits",
+                        lambda q, *a, **k: sizes.append(q.shape[0] * a[1].shape[0]) or ragged(q, *a, **k))
+    budget = 120  # logits a call: the 9- and 12-token chunks go in slices of their rows
+    got = KernelDsaBackend(extend_logits_bytes=4 * budget).indexer_topk(q, w, cache.indexer, layer, batch, TOPK, 0.1)
+    assert torch.equal(got, want)
+    assert len(sizes) > 3 and max(sizes) <= budget, sizes
+    calls = len(sizes)
+    assert torch.equal(KernelDsaBackend().indexer_topk(q, w, cache.indexer, layer, batch, TOPK, 0.1), want)
+    assert sizes[calls:] == [batch.num_tokens * sum(lengths)]  # the default budget: one call, as before
 
 
 def test_backend_is_chosen_by_device():
