@@ -30,6 +30,7 @@ from dsa_backend.spec.compaction import compact_accepted_path
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.drafter import DraftInput, MtpDrafter
 from dsa_backend.spec.tree import ROOT_ONLY
+from dsa_backend.warmup import WarmupShapes, warm_up
 from dsa_kernels.batch_invariant import enable_batch_invariant_mode
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class EngineArgs:
     speculative_num_steps: int = 1
     speculative_eagle_topk: int = 1
     speculative_num_draft_tokens: int | None = None
+    warmup: bool = False                 # CUDA: compile the DSA kernels for every step shape at start (warmup.py)
 
     def resolved_device(self) -> torch.device:
         if self.device == "auto":
@@ -111,6 +113,11 @@ class Engine:
         self.spec = self._spec_config(args, info.mtp_has_indexer)
         self.drafter = (MtpDrafter(self.model, self.cache, self.spec, args.page_size, self.device)
                         if self.spec else None)
+        if args.warmup:
+            warm_up(self.cache, self.config, WarmupShapes(
+                args.max_running_requests, args.max_num_batched_tokens, self.max_model_len,
+                tokens_per_verify=self.spec.num_draft_tokens if self.spec else 1,
+                draft_rows=self.spec.topk if self.spec else 1))
         self.sequences: dict[str, Sequence] = {}
         self._arrivals = itertools.count()
         logger.info("engine ready: %s on %s/%s, %d KV pages of %d tokens", self.config.architecture,

@@ -26,6 +26,7 @@ def engine_args(params: dict[str, str], device: str) -> EngineArgs:
         max_num_batched_tokens=_int(params, "max_num_batched_tokens", "2048"),
         max_model_len=_optional_int(params, "max_model_len"),
         batch_invariant=_bool(params, "batch_invariant", "false"),
+        warmup=_bool(params, "warmup", "false"),
         **spec)
 
 

@@ -31,6 +31,7 @@ DEFAULTS = {
     "max_num_batched_tokens": "2048",
     "max_model_len": "none",
     "batch_invariant": "false",
+    "warmup": "false",
     "shutdown_timeout_s": "10",
     "speculative_algorithm": "",          # empty: no speculative decoding; mtp or eagle: the MTP layer drafts
     "speculative_num_steps": "1",

@@ -54,3 +54,10 @@ def test_batch_invariant_is_off_by_default_and_parsed_as_a_boolean():
     assert engine_args({**FILLED, "batch_invariant": "true"}, "cpu").batch_invariant is True
     with pytest.raises(ValueError, match="batch_invariant must be true or false, got 'sometimes'"):
         engine_args({**FILLED, "batch_invariant": "sometimes"}, "cpu")
+
+
+def test_warmup_is_off_by_default_and_can_be_turned_on():
+    assert engine_args(FILLED, "cpu").warmup is False
+    assert engine_args({**FILLED, "warmup": "true"}, "cpu").warmup is True
+    with pytest.raises(ValueError, match="warmup must be true or false, got 'later'"):
+        engine_args({**FILLED, "warmup": "later"}, "cpu")

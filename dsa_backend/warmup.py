@@ -1,0 +1,179 @@
+"""Start-up warm-up: compile the DSA kernels for the shapes serving will meet, before serving.
+
+Triton compiles a kernel on the first call of each config, and the DSA kernels' configs follow the
+batch: the paged indexer's key chunks and the top-k's launch follow the rows and the longest
+context, sparse MLA's split and grid the rows (kernels/specialization.py keeps the step-varying
+integers from adding variants of their own). A cold server compiled for 30-36 s on its first
+requests, and again on the first step of each new batch size or context bucket (H100,
+docs/PERFORMANCE.md, "Compiles in the middle of serving").
+
+`warm_up` calls the model's own DSA backend over those shapes, for every step shape the engine's
+limits allow: decode (and speculative verify) at every batch size up to max_running_requests over a
+ladder of contexts up to the longest, sparse MLA at every row count a step can have, and prefill
+chunks over a ladder of token counts and key counts. Every request of a warm-up batch reads the
+same pages of the first layers' pools (random keys, written once), so it needs one longest
+request's pages, which it frees after. Nothing is compiled on the CPU: there it returns at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from dsa_backend.attention import EXTEND_LOGITS_BYTES, KernelDsaBackend, default_backend
+from dsa_backend.batch import ForwardBatch, ForwardMode
+from dsa_backend.cache import KVCache, pages_needed
+from dsa_backend.config import ModelConfig
+
+logger = logging.getLogger(__name__)
+@dataclass(frozen=True)
+class WarmupShapes:
+    """The engine's limits on a step: requests, tokens, the longest context, draft tokens a request."""
+
+    max_running_requests: int
+    max_num_batched_tokens: int
+    max_context_len: int
+    tokens_per_verify: int = 1   # speculative decoding: num_draft_tokens (1: none)
+    draft_rows: int = 1          # tree drafting: frontier nodes a request in a draft step
+
+    @property
+    def decode_rows(self) -> int:
+        """Query rows of a decode-like step: a token a request, or a draft tree's nodes, or
+        verify tokens walking alone (uneven counts: one row a token)."""
+        per_request = max(self.tokens_per_verify, self.draft_rows)
+        return min(self.max_running_requests * per_request, self.max_num_batched_tokens)
+
+
+def ladder(largest: int, step: int, dense_up_to: int, grow: float) -> list[int]:
+    """step, 2 * step, ... up to dense_up_to (where chunk and split choices change fastest), then
+    each at most `grow` larger (rounded up to a multiple of step), every power of two (where the
+    top-k's spans change), and largest."""
+    points, n = {largest}, step
+    while n < largest:
+        points.add(n)
+        n = n + step if n < dense_up_to else -(-int(n * (1 + grow)) // step) * step
+    points.update(1 << i for i in range(largest.bit_length()) if step <= 1 << i < largest)
+    return sorted(points)
+
+
+def context_ladder(longest: int, page_size: int) -> list[int]:
+    """Decode contexts: every page up to 1024 tokens, then at most 1/4 longer each; each also one
+    token short, for kernels that specialize a length on its divisibility (the Triton paged indexer)."""
+    return sorted({p - d for p in ladder(longest, page_size, 1024, 1 / 4) for d in (0, 1) if p - d >= 1})
+
+
+def prefill_ladder(largest: int) -> list[int]:
+    """Token and key counts of prefill pieces: every count up to 8, then at most 1/4 more each."""
+    return ladder(largest, 1, 8, 1 / 4)
+
+
+def warm_up(cache: KVCache, config: ModelConfig, shapes: WarmupShapes) -> int:
+    """Run the model's DSA backend over every step shape of `shapes`; returns the number of calls."""
+    device = cache.mla.buffer.device
+    backend = default_backend(device)
+    if not isinstance(backend, KernelDsaBackend):  # the CPU's reference compiles nothing
+        return 0
+    longest = min(shapes.max_context_len, cache.allocator.num_pages * cache.page_size)
+    pages = cache.allocator.allocate(pages_needed(longest, cache.page_size))
+    calls = 0
+    try:
+        run = _Runner(cache, config, backend, pages, longest, max_rows=shapes.max_num_batched_tokens)
+        for phase in (_decode_phase, _attention_phase, _prefill_phase):
+            start = time.perf_counter()
+            n = phase(run, shapes, longest)
+            if device.type == "cuda":  # so that the time logged holds the phase's last calls
+                torch.cuda.synchronize(device)
+            logger.info("DSA kernel warm-up, %s: %d calls in %.1f s", phase.__name__[1:], n, time.perf_counter() - start)
+            calls += n
+    finally:
+        cache.allocator.free(pages)
+    return calls
+
+
+def _decode_phase(run: _Runner, shapes: WarmupShapes, longest: int) -> int:
+    """Indexer top-k of n tokens a request: decode, verify, and draft-extend where every request
+    accepted n - 1 drafts; at every batch size over the context ladder."""
+    calls = 0
+    for n in range(1, shapes.tokens_per_verify + 1):
+        rows = shapes.decode_rows if n == 1 else min(shapes.max_running_requests, shapes.max_num_batched_tokens // n)
+        for batch in range(1, rows + 1):
+            for context in context_ladder(longest, run.page_size):
+                calls += run.indexer(batch, n, max(context, n))
+    return calls
+
+
+def _attention_phase(run: _Runner, shapes: WarmupShapes, longest: int) -> int:
+    """Sparse MLA at every row count of a decode-like step and of a prefill step."""
+    return (run.mla_rows(range(1, max(shapes.decode_rows, shapes.tokens_per_verify) + 1), ForwardMode.DECODE)
+            + run.mla_rows(range(1, shapes.max_num_batched_tokens + 1), ForwardMode.EXTEND))
+
+
+def _prefill_phase(run: _Runner, shapes: WarmupShapes, longest: int) -> int:
+    """Indexer top-k of prefill pieces of `tokens` rows against `keys` keys: one request, or where
+    the keys outrun one request, several whose tokens and keys add up to about those."""
+    calls = 0
+    for tokens in prefill_ladder(shapes.max_num_batched_tokens):
+        widest = min(longest * shapes.max_running_requests, EXTEND_LOGITS_BYTES // 4 // tokens)
+        for keys in prefill_ladder(widest):
+            requests = -(-keys // longest)
+            if keys >= tokens >= requests:
+                calls += run.indexer(requests, tokens // requests, keys // requests, ForwardMode.EXTEND)
+    return calls
+
+
+class _Runner:
+    """Calls of the backend over batches whose requests all read `pages` (random keys and latents)."""
+
+    def __init__(self, cache: KVCache, config: ModelConfig, backend, pages: list[int], longest: int, max_rows: int):
+        self.cache, self.backend = cache, backend
+        self.device = cache.mla.buffer.device
+        self.page_size = cache.page_size
+        self.table = torch.tensor(pages, dtype=torch.int32, device=self.device)
+        self.topk, self.longest = config.index_topk, longest
+        self.index_scale = config.index_head_dim ** -0.5
+        self.mla_scale = (config.kv_lora_rank + config.qk_rope_head_dim) ** -0.5
+        self.index_layer = next(iter(cache.indexer.index_of_layer))
+        gen = torch.Generator(device=self.device).manual_seed(0)
+        slots = torch.arange(longest, device=self.device)
+        slots = self.table.long()[slots // self.page_size] * self.page_size + slots % self.page_size
+        cache.indexer.store(self.index_layer, slots, torch.randn(longest, config.index_head_dim, device=self.device,
+                                                                 generator=gen))
+        cache.mla.store(0, slots, torch.randn(longest, config.kv_lora_rank, device=self.device, generator=gen),
+                        torch.randn(longest, config.qk_rope_head_dim, device=self.device, generator=gen))
+        dtype = cache.mla.dtype  # the model's
+        self.q_index = torch.randn(max_rows, config.index_n_heads, config.index_head_dim, device=self.device,
+                                   generator=gen).to(dtype)
+        self.w_index = torch.randn(max_rows, config.index_n_heads, device=self.device, generator=gen)
+        self.q_mla = torch.randn(max_rows, config.num_attention_heads, config.kv_lora_rank + config.qk_rope_head_dim,
+                                 device=self.device, generator=gen).to(dtype)
+
+    def batch(self, mode: ForwardMode, requests: int, tokens: int, context: int) -> ForwardBatch:
+        """`requests` requests of `tokens` new tokens each, the last at position context - 1."""
+        rows = requests * tokens
+        positions = (torch.arange(tokens, device=self.device) + context - tokens).repeat(requests)
+        return ForwardBatch(mode=mode, input_ids=torch.zeros(rows, dtype=torch.long, device=self.device),
+                            positions=positions, out_cache_loc=positions,
+                            seq_lens=torch.full((requests,), context, dtype=torch.int32, device=self.device),
+                            extend_lens=torch.full((requests,), tokens, dtype=torch.int32, device=self.device),
+                            block_table=self.table.expand(requests, -1), page_size=self.page_size,
+                            logits_rows=torch.arange(rows, device=self.device))
+
+    def indexer(self, requests: int, tokens: int, context: int, mode: ForwardMode | None = None) -> int:
+        mode = mode or (ForwardMode.DECODE if tokens == 1 else ForwardMode.TARGET_VERIFY)
+        batch = self.batch(mode, requests, tokens, context)
+        rows = batch.num_tokens
+        self.backend.indexer_topk(self.q_index[:rows], self.w_index[:rows], self.cache.indexer, self.index_layer, batch,
+                                  self.topk, self.index_scale)
+        return 1
+
+    def mla_rows(self, rows: range, mode: ForwardMode) -> int:
+        """Sparse MLA at each row count (prefill: one request's rows; decode: a row a request),
+        over top-k positions within the written keys."""
+        positions = torch.arange(self.topk, dtype=torch.int32, device=self.device) % self.longest
+        for n in rows:
+            batch = self.batch(mode, 1, n, self.longest) if mode is ForwardMode.EXTEND else self.batch(mode, n, 1, 1)
+            self.backend.sparse_mla(self.q_mla[:n], self.cache.mla, 0, batch, positions.expand(n, -1), self.mla_scale)
+        return len(rows)

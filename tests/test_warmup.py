@@ -1,0 +1,171 @@
+"""Start-up warm-up (dsa_backend/warmup.py): its ladders reach every kernel config the host rules
+give a step shape, and its sweep runs every shape through the kernel backend and gives its pages back.
+
+The compiles themselves are checked on the GPU (tests/kernels/test_specialization.py's warm-up test)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from dsa_backend import warmup
+from dsa_backend.attention import EXTEND_LOGITS_BYTES, KernelDsaBackend
+from dsa_backend.cache import KVCache
+from dsa_backend.config import ModelConfig
+from dsa_backend.tools.make_checkpoint import make_config
+from dsa_kernels.host_math import cdiv, next_power_of_2
+from dsa_kernels.indexer_gluon import gluon_config
+from dsa_kernels.topk import topk_config
+from dsa_kernels.topk_cooperative import MAX_SLICE, device_parts
+
+SMS, LONGEST, RUNNING, TOKENS = 132, 163840, 64, 2048  # an H100 serving DeepSeek-V3.2 at the defaults
+
+
+def topk_launch(rows: int, width: int) -> tuple:
+    """What the top-k compiles for logits [rows, width] (kernels/topk.py's choice)."""
+    parts = device_parts(rows, width, SMS)
+    if parts is None:
+        return "three launches", topk_config(rows, width, 2048, SMS)
+    span = max(next_power_of_2(cdiv(width, parts)), 256)
+    return "one launch", parts, min(span, MAX_SLICE), span // min(span, MAX_SLICE)
+
+
+def decode_configs(batch: int, contexts, next_n: int) -> set:
+    """The configs the paged indexer (Gluon, Hopper) and the top-k compile, each on its own."""
+    indexer = {tuple(sorted(gluon_config(batch, c, next_n, SMS).items())) for c in contexts}
+    return indexer | {topk_launch(batch * next_n, c) for c in contexts}
+
+
+@pytest.mark.parametrize("next_n", [1, 2, 4])
+def test_the_context_ladder_reaches_every_decode_config(next_n):
+    # Every config is constant between page boundaries (chunks, spans and thresholds are multiples
+    # of 64 keys), so the pages are every context there is.
+    every_page = range(64, LONGEST + 1, 64)
+    ladder = [max(c, next_n) for c in warmup.context_ladder(LONGEST, 64)]
+    for batch in range(1, RUNNING + 1):
+        assert decode_configs(batch, every_page, next_n) == decode_configs(batch, ladder, next_n), batch
+
+
+def test_the_prefill_ladders_reach_every_topk_config():
+    # A piece of t rows holds at most t requests, so at most t * LONGEST keys.
+    swept = set()
+    for tokens in warmup.prefill_ladder(TOKENS):
+        for keys in warmup.prefill_ladder(min(LONGEST * RUNNING, EXTEND_LOGITS_BYTES // 4 // tokens)):
+            requests = -(-keys // LONGEST)
+            if keys >= tokens >= requests:
+                swept.add(topk_launch(requests * (tokens // requests), requests * (keys // requests)))
+    rng = random.Random(0)
+    for _ in range(20000):
+        tokens = rng.randint(1, TOKENS)
+        keys = rng.randint(tokens, min(LONGEST * tokens, EXTEND_LOGITS_BYTES // 4 // tokens))
+        assert topk_launch(tokens, keys) in swept, (tokens, keys)
+
+
+def test_ladders_are_dense_then_geometric_with_every_power_of_two():
+    steps = warmup.ladder(5000, 64, 2048, 1 / 8)
+    assert steps[:3] == [64, 128, 192] and steps[-1] == 5000 and 4096 in steps
+    assert all(b <= a * (1 + 1 / 8) + 64 for a, b in zip(steps, steps[1:]))
+    assert warmup.context_ladder(200, 64) == [63, 64, 127, 128, 191, 192, 199, 200]
+
+
+class CountingBackend(KernelDsaBackend):
+    """The kernel backend (on the CPU: dsa_kernels' references), counting the calls by mode and rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def indexer_topk(self, q, weights, pool, layer, batch, topk, softmax_scale):
+        out = super().indexer_topk(q, weights, pool, layer, batch, topk, softmax_scale)
+        assert out.shape == (batch.num_tokens, topk)
+        self.calls.append(("indexer", batch.mode.name, batch.batch_size, batch.num_tokens, int(batch.seq_lens.max())))
+        return out
+
+    def sparse_mla(self, q, pool, layer, batch, topk_positions, softmax_scale):
+        out = super().sparse_mla(q, pool, layer, batch, topk_positions, softmax_scale)
+        self.calls.append(("mla", batch.mode.name, batch.num_tokens))
+        return out
+
+
+def test_warm_up_runs_every_step_shape_and_gives_its_pages_back(monkeypatch):
+    config = ModelConfig.from_dict(make_config("deepseek_v32", "tiny"))
+    cache = KVCache(config, 40, 16, dtype=torch.float32, kv_cache_dtype="fp8")
+    backend = CountingBackend()
+    monkeypatch.setattr(warmup, "default_backend", lambda device: backend)  # the kernel backend on the CPU too
+    shapes = warmup.WarmupShapes(max_running_requests=3, max_num_batched_tokens=8, max_context_len=100,
+                                 tokens_per_verify=2)
+    calls = warmup.warm_up(cache, config, shapes)
+    assert calls == len(backend.calls) and cache.allocator.num_free == 40
+    contexts = warmup.context_ladder(100, 16)
+    decode = {c[2:] for c in backend.calls if c[:2] == ("indexer", "DECODE")}
+    assert decode == {(b, b, c) for b in range(1, 7) for c in contexts}  # decode_rows: 3 requests x 2 tokens
+    verify = {c[2:] for c in backend.calls if c[:2] == ("indexer", "TARGET_VERIFY")}
+    assert verify == {(b, 2 * b, max(c, 2)) for b in range(1, 4) for c in contexts}
+    assert {c[2] for c in backend.calls if c[:2] == ("mla", "DECODE")} == set(range(1, 7))
+    assert {c[2] for c in backend.calls if c[:2] == ("mla", "EXTEND")} == set(range(1, 9))
+    prefill = [c for c in backend.calls if c[:2] == ("indexer", "EXTEND")]
+    assert {c[3] for c in prefill} == set(range(1, 9)) and max(c[4] for c in prefill) == 100
+
+
+def test_warm_up_compiles_nothing_on_the_cpu():
+    config = ModelConfig.from_dict(make_config("deepseek_v32", "tiny"))
+    cache = KVCache(config, 8, 16, dtype=torch.float32)
+    assert warmup.warm_up(cache, config, warmup.WarmupShapes(4, 64, 128)) == 0
+
+
+def test_the_engine_warms_up_at_its_own_limits_when_asked(checkpoint, monkeypatch):
+    from dsa_backend import engine as engine_module
+
+    seen = []
+    monkeypatch.setattr(engine_module, "warm_up", lambda cache, config, shapes: seen.append(shapes))
+    args = dict(model=str(checkpoint("deepseek_v32")), device="cpu", dtype="float32", page_size=16,
+                max_running_requests=5, max_num_batched_tokens=96, max_model_len=300)
+    engine_module.Engine(engine_module.EngineArgs(**args))
+    assert seen == []  # off by default
+    engine_module.Engine(engine_module.EngineArgs(**args, warmup=True, speculative_algorithm="mtp",
+                                                  speculative_num_steps=3))
+    assert seen == [warmup.WarmupShapes(5, 96, 300, tokens_per_verify=4, draft_rows=1)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+def test_after_the_warm_up_no_step_compiles_a_kernel(monkeypatch, kv_cache_dtype):
+    """DeepSeek-V3.2's DSA shapes (64 indexer heads, 128 heads, top-k 2048) within small limits:
+    after warm_up, random decode, verify and mixed prefill steps (contexts not on page boundaries)
+    run the kernel backend without one Triton compile."""
+    import triton
+
+    from dsa_backend.attention import default_backend
+    from dsa_backend.batch import ForwardBatch, ForwardMode
+    from dsa_backend.cache import pages_needed
+
+    config = ModelConfig.from_dict(make_config("deepseek_v32", "v32-slice"))
+    cache = KVCache(config, 320, 64, dtype=torch.bfloat16, kv_cache_dtype=kv_cache_dtype, device="cuda")
+    running, budget, longest = 8, 256, 16384
+    warmup.warm_up(cache, config, warmup.WarmupShapes(running, budget, longest, tokens_per_verify=2))
+    compiled = []
+    monkeypatch.setattr(triton.knobs.runtime, "jit_cache_hook", lambda **kw: compiled.append(kw["fn"].name))
+    backend, rng = default_backend("cuda"), random.Random(0)
+    for step in range(48):
+        mode = (ForwardMode.DECODE, ForwardMode.TARGET_VERIFY, ForwardMode.EXTEND)[step % 3]
+        requests = rng.randint(1, running)
+        if mode is ForwardMode.EXTEND:  # decode tokens and chunks within the token budget
+            new = [rng.choice([1, rng.randint(2, budget // requests)]) for _ in range(requests)]
+        else:
+            new = [1 if mode is ForwardMode.DECODE else 2] * requests
+        lengths = [rng.randint(n + 1, longest // running) for n in new]
+        pages = [cache.allocator.allocate(pages_needed(n, 64)) for n in lengths]
+        batch = ForwardBatch.build(mode, [[0] * n for n in new], [s - n for s, n in zip(lengths, new)], pages, 64,
+                                   "cuda", all_logits=mode is ForwardMode.TARGET_VERIFY)
+        q = torch.randn(batch.num_tokens, config.index_n_heads, 128, device="cuda").bfloat16()
+        w = torch.randn(batch.num_tokens, config.index_n_heads, device="cuda")
+        layer = next(iter(cache.indexer.index_of_layer))
+        topk = backend.indexer_topk(q, w, cache.indexer, layer, batch, config.index_topk, 128 ** -0.5)
+        qa = torch.randn(batch.num_tokens, config.num_attention_heads, 576, device="cuda").bfloat16()
+        backend.sparse_mla(qa, cache.mla, 0, batch, topk, 576 ** -0.5)
+        for p in pages:
+            cache.allocator.free(p)
+        assert compiled == [], (step, mode.name, new, lengths)
+    torch.cuda.synchronize()
