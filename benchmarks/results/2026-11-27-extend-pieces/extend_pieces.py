@@ -49,7 +49,7 @@ def measure(backend, q, w, batch):
 
 results = []
 orig_library = dispatch._library
-for libs in ("auto", "ours"):
+for libs in os.environ.get("LIBS", "auto,ours").split(","):
     dispatch._library = orig_library if libs == "auto" else (lambda name: None if name == "deep_gemm" else orig_library(name))
     for name, reqs in SCENARIOS.items():
         batch = batch_of(reqs)
@@ -88,7 +88,7 @@ def timed(fn, reps=5):
     return round(statistics.median(ts), 3)
 
 breakdown = []
-for budget, label in ((1 << 62, "one call"), (EXTEND_LOGITS_BYTES, "pieces")):
+for budget, label in () if os.environ.get("BREAKDOWN") == "0" else ((1 << 62, "one call"), (EXTEND_LOGITS_BYTES, "pieces")):
     for name in ("31 decodes at 2112 + a 2048 chunk from 0", "a 2048 chunk to 128K"):
         batch = batch_of(SCENARIOS[name])
         q = torch.randn(batch.num_tokens, HEADS, 128, device=dev, generator=gen).bfloat16()
