@@ -29,6 +29,8 @@ from dsa_backend.cache import KVCache, pages_needed
 from dsa_backend.config import ModelConfig
 
 logger = logging.getLogger(__name__)
+
+
 @dataclass(frozen=True)
 class WarmupShapes:
     """The engine's limits on a step: requests, tokens, the longest context, draft tokens a request."""
@@ -101,7 +103,8 @@ def _decode_phase(run: _Runner, shapes: WarmupShapes, longest: int) -> int:
         rows = shapes.decode_rows if n == 1 else min(shapes.max_running_requests, shapes.max_num_batched_tokens // n)
         for batch in range(1, rows + 1):
             for context in context_ladder(longest, run.page_size):
-                calls += run.indexer(batch, n, max(context, n))
+                run.indexer(batch, n, max(context, n))
+                calls += 1
     return calls
 
 
@@ -120,7 +123,8 @@ def _prefill_phase(run: _Runner, shapes: WarmupShapes, longest: int) -> int:
         for keys in prefill_ladder(widest):
             requests = -(-keys // longest)
             if keys >= tokens >= requests:
-                calls += run.indexer(requests, tokens // requests, keys // requests, ForwardMode.EXTEND)
+                run.indexer(requests, tokens // requests, keys // requests, ForwardMode.EXTEND)
+                calls += 1
     return calls
 
 
@@ -161,17 +165,16 @@ class _Runner:
                             block_table=self.table.expand(requests, -1), page_size=self.page_size,
                             logits_rows=torch.arange(rows, device=self.device))
 
-    def indexer(self, requests: int, tokens: int, context: int, mode: ForwardMode | None = None) -> int:
+    def indexer(self, requests: int, tokens: int, context: int, mode: ForwardMode | None = None) -> None:
         mode = mode or (ForwardMode.DECODE if tokens == 1 else ForwardMode.TARGET_VERIFY)
         batch = self.batch(mode, requests, tokens, context)
         rows = batch.num_tokens
         self.backend.indexer_topk(self.q_index[:rows], self.w_index[:rows], self.cache.indexer, self.index_layer, batch,
                                   self.topk, self.index_scale)
-        return 1
 
     def mla_rows(self, rows: range, mode: ForwardMode) -> int:
         """Sparse MLA at each row count (prefill: one request's rows; decode: a row a request),
-        over top-k positions within the written keys."""
+        over top-k positions within the written keys (it reads no other position)."""
         positions = torch.arange(self.topk, dtype=torch.int32, device=self.device) % self.longest
         for n in rows:
             batch = self.batch(mode, 1, n, self.longest) if mode is ForwardMode.EXTEND else self.batch(mode, n, 1, 1)
