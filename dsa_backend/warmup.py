@@ -98,11 +98,11 @@ def warm_up(cache: KVCache, config: ModelConfig, shapes: WarmupShapes) -> int:
 def _decode_phase(run: _Runner, shapes: WarmupShapes, longest: int) -> int:
     """Indexer top-k of n tokens a request: decode, verify, and draft-extend where every request
     accepted n - 1 drafts; at every batch size over the context ladder."""
-    calls = 0
+    calls, contexts = 0, context_ladder(longest, run.page_size)
     for n in range(1, shapes.tokens_per_verify + 1):
         rows = shapes.decode_rows if n == 1 else min(shapes.max_running_requests, shapes.max_num_batched_tokens // n)
         for batch in range(1, rows + 1):
-            for context in context_ladder(longest, run.page_size):
+            for context in contexts:
                 run.indexer(batch, n, max(context, n))
                 calls += 1
     return calls
