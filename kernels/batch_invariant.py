@@ -6,9 +6,10 @@ which changes the float summation order of a row when the batch grows. Here ever
 fixed tile configuration and walks K in the same order (no split-K), and every reduction runs one
 program per output with a fixed block, so a row's arithmetic is the same at M = 1 and M = 4096.
 
-`enable_batch_invariant_mode(device)` routes aten's CUDA mm / addmm / bmm / sum / mean to these
-kernels for the whole process (a Triton python-backend instance is a process of its own). It is
-the engine's `batch_invariant` switch; it costs speed (no cuBLAS, no split-K at small M).
+`enable_batch_invariant_mode(device)` routes aten's CUDA mm / addmm / bmm / _grouped_mm / sum /
+mean to these kernels for the whole process (a Triton python-backend instance is a process of its
+own). It is the engine's `batch_invariant` switch; it costs speed (no cuBLAS, no split-K at small
+M, a host read per grouped GEMM).
 """
 
 from __future__ import annotations
@@ -85,6 +86,23 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> to
     return bmm(a[None], b[None], bias3)[0]
 
 
+def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, bias=None,
+               out_dtype=None) -> torch.Tensor:
+    """torch._grouped_mm of a [M, K], whose rows come group after group (offs: each group's end),
+    with b [G, K, N]: mm a group at a time, so a row's bits do not depend on how many rows share
+    its group. The ends are read back to the host, which this mode's speed allows."""
+    if a.dim() != 2 or b.dim() != 3 or offs is None or bias is not None or out_dtype not in (None, a.dtype):
+        raise NotImplementedError("batch-invariant grouped_mm takes a 2-D a, a 3-D b and offs, without bias or "
+                                  "out_dtype")
+    out = a.new_zeros(a.shape[0], b.shape[2])  # rows past the last group stay zero
+    start = 0
+    for group, end in enumerate(offs.tolist()):
+        if end > start:
+            out[start:end] = mm(a[start:end], b[group])
+        start = end
+    return out
+
+
 @triton.jit
 def _row_reduce_kernel(x_ptr, out_ptr, R, stride_row, inv_count, MEAN: tl.constexpr, BLOCK: tl.constexpr,
                        ACC: tl.constexpr):
@@ -153,7 +171,7 @@ def _mean_dim(x, dim, keepdim=False, *, dtype=None):
     return reduce_sum(x, dim, keepdim, dtype, mean=True)
 
 
-_OVERRIDES = {"mm": mm, "addmm": _addmm, "bmm": bmm, "sum.dim_IntList": _sum_dim,
+_OVERRIDES = {"mm": mm, "addmm": _addmm, "bmm": bmm, "_grouped_mm": grouped_mm, "sum.dim_IntList": _sum_dim,
               "sum.IntList_out": _sum_out, "mean.dim": _mean_dim}
 
 
@@ -182,8 +200,8 @@ def enable_batch_invariant_mode(device: torch.device) -> None:
         return
     _register_cuda_overrides()
     _ENABLED = True
-    log.info("batch_invariant: CUDA mm/addmm/bmm/sum/mean use fixed-order Triton kernels; sparse MLA takes "
-             "our kernel at a split set by top-k alone")
+    log.info("batch_invariant: CUDA mm/addmm/bmm/_grouped_mm/sum/mean use fixed-order Triton kernels; sparse MLA "
+             "takes our kernel at a split set by top-k alone")
 
 
 def enabled() -> bool:

@@ -45,13 +45,22 @@ class Experts(nn.Module):
         self.w2 = nn.Parameter(torch.empty(c.n_routed_experts, c.hidden_size, c.moe_intermediate_size))
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        out = torch.zeros_like(x)
-        for expert in ids.unique().tolist():
-            token, slot = torch.where(ids == expert)
-            gate, up = F.linear(x[token], self.w13[expert]).chunk(2, dim=-1)
-            y = F.linear(F.silu(gate) * up, self.w2[expert]) * weights[token, slot, None]
-            out.index_add_(0, token, y.to(out.dtype))
-        return out
+        """x [T, H], ids / weights [T, k] -> [T, H]: every (token, expert) pair at once, the pairs
+        sorted by expert so that each expert's form one run of rows, two grouped GEMMs over the
+        runs. Nothing is read back to the host: a loop over the experts a batch routes to waits on
+        the GPU once an expert (docs/PERFORMANCE.md, "Where an engine decode step's time goes")."""
+        tokens, k = ids.shape
+        expert_of_pair, order = ids.flatten().sort(stable=True)
+        # run ends, one an expert (an expert no token chose has an empty run)
+        ends = torch.searchsorted(expert_of_pair, torch.arange(self.w13.shape[0], device=ids.device), right=True)
+        ends = ends.to(torch.int32)
+        gate, up = torch._grouped_mm(x[order // k], self.w13.transpose(1, 2), offs=ends).chunk(2, dim=-1)
+        # the router's weight scales the activation (it is linear through w2), a 2I-wide row, not an H-wide one
+        act = (F.silu(gate) * up * weights.flatten()[order, None]).to(x.dtype)
+        y = torch._grouped_mm(act, self.w2.transpose(1, 2), offs=ends)
+        # back to (token, slot) order, then each token's k outputs summed in float32, in slot order
+        per_pair = torch.empty_like(y).index_copy_(0, order, y)
+        return per_pair.view(tokens, k, -1).sum(1, dtype=torch.float32).to(x.dtype)
 
 
 class MoE(nn.Module):

@@ -33,6 +33,17 @@ def test_a_row_gives_the_same_bits_alone_and_anywhere_in_a_batch():
         assert torch.equal(bi.mm(batch, w.T)[at], alone[0])
 
 
+def test_grouped_mm_matches_torch_and_gives_a_row_the_same_bits_in_any_group_size():
+    a, b = torch.randn(30, 40), torch.randn(4, 40, 24)
+    ends = torch.tensor([7, 7, 29, 29], dtype=torch.int32)  # groups 1 and 3 empty; the last row in none
+    out = bi.grouped_mm(a, b, ends)
+    torch.testing.assert_close(out[:29], torch._grouped_mm(a[:29], b[:3], offs=ends[:3]), rtol=1e-5, atol=1e-5)
+    assert torch.equal(out[29], torch.zeros(24))
+    for rows in (slice(8, 9), slice(8, 20)):  # row 8 of group 2 alone and among 12
+        alone = bi.grouped_mm(a[rows], b, torch.tensor([0, 0, rows.stop - rows.start, rows.stop - rows.start]))
+        assert torch.equal(alone[0], out[8])
+
+
 def test_mixed_dtypes_are_refused_naming_them():
     with pytest.raises(TypeError, match="torch.float32 and torch.bfloat16"):
         bi.mm(torch.randn(2, 2), torch.randn(2, 2).bfloat16())
