@@ -48,10 +48,8 @@ def shared_page_walk(batch: ForwardBatch) -> int | None:
     """The next_n of a paged indexer call where every request has the same number n of query
     tokens (decode, a chain verify, a batch of equal draft trees): a request's n tokens then
     share one walk over its pages (seed 001). None where the counts differ."""
-    n, rest = divmod(batch.num_tokens, batch.batch_size)
-    if rest == 0 and (n == 1 or bool((batch.extend_lens == n).all())):  # n == 1: one each, no sync
-        return n
-    return None
+    counts = set(batch.extend_lens_cpu)
+    return counts.pop() if len(counts) == 1 else None
 
 
 def positions_to_slots(batch: ForwardBatch, positions: torch.Tensor) -> torch.Tensor:
@@ -137,7 +135,7 @@ class TorchDsaBackend:
         for r in range(batch.batch_size):
             rows = slice(offsets[r], offsets[r + 1])
             n = offsets[r + 1] - offsets[r]
-            seq_len = int(batch.seq_lens[r])
+            seq_len = batch.seq_lens_cpu[r]
             if batch.tree is None:
                 logits = ref.paged_indexer_logits_ref(q_in[rows], w[rows], keys, batch.block_table[r : r + 1],
                                                       context[rows], batch.page_size, seq_len, n)
@@ -233,16 +231,15 @@ class KernelDsaBackend:
             # "One page walk a request in tree verify").
             table, next_n, backend = batch.block_table[request_of_token(batch)], 1, "ours"
         return dsa_kernels.paged_indexer_logits(q_fp8, w, keys, table.contiguous(), context,
-                                                page_size=batch.page_size, max_context_len=int(batch.seq_lens.max()),
+                                                page_size=batch.page_size, max_context_len=batch.max_seq_len,
                                                 next_n=next_n, clean_logits=clean_logits, backend=backend)
 
     def _extend_topk(self, q_fp8, w, keys, batch: ForwardBatch, context, topk: int) -> torch.Tensor:
         """Prefill chunks, and the decode tokens batched with them, through the ragged path, in
         pieces whose logits stay within extend_logits_bytes (ragged_pieces; they follow the rows).
         A piece's logits are freed before the next piece's are made."""
-        extend_lens, seq_lens = torch.stack([batch.extend_lens, batch.seq_lens]).tolist()
         picked = [self._piece_topk(q_fp8, w, keys, batch, piece, context, topk)
-                  for piece in ragged_pieces(extend_lens, seq_lens, self.extend_logits_bytes // 4)]
+                  for piece in ragged_pieces(batch.extend_lens_cpu, batch.seq_lens_cpu, self.extend_logits_bytes // 4)]
         return picked[0] if len(picked) == 1 else torch.cat(picked)
 
     @staticmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -65,10 +66,12 @@ class ForwardBatch:
     """Tokens of all requests, flattened request after request.
 
     input_ids, positions, out_cache_loc: [tokens]; seq_lens, extend_lens: [batch] (KV length after
-    this forward, and tokens added by it); block_table: [batch, max_pages] int32 page ids;
-    logits_rows: [rows] token rows whose logits are returned (last token of each request unless
-    the mode wants every token); tree: per-token visibility when some request's tokens form a
-    draft tree (None: position causality).
+    this forward, and tokens added by it); seq_lens_cpu, extend_lens_cpu: the same on the host, so
+    that the layers' launch shapes (the longest context, the pieces of an EXTEND step) need no read
+    back from the GPU, which would wait for it (whoever rebinds seq_lens or extend_lens rebinds
+    these); block_table: [batch, max_pages] int32 page ids; logits_rows: [rows] token rows whose
+    logits are returned (last token of each request unless the mode wants every token); tree:
+    per-token visibility when some request's tokens form a draft tree (None: position causality).
     """
 
     mode: ForwardMode
@@ -77,6 +80,8 @@ class ForwardBatch:
     out_cache_loc: torch.Tensor
     seq_lens: torch.Tensor
     extend_lens: torch.Tensor
+    seq_lens_cpu: list[int]
+    extend_lens_cpu: list[int]
     block_table: torch.Tensor
     page_size: int
     logits_rows: torch.Tensor
@@ -91,9 +96,13 @@ class ForwardBatch:
         return self.input_ids.shape[0]
 
     @property
+    def max_seq_len(self) -> int:
+        return max(self.seq_lens_cpu)
+
+    @property
     def token_offsets(self) -> list[int]:
         """Start row of each request's tokens, plus the total: [batch + 1] (host ints)."""
-        return [0] + torch.cumsum(self.extend_lens, 0).tolist()
+        return list(itertools.accumulate(self.extend_lens_cpu, initial=0))
 
     def slots(self, request: int, positions: torch.Tensor) -> torch.Tensor:
         """Pool slot ids of a request's token positions, through its block table row."""
@@ -157,6 +166,8 @@ class ForwardBatch:
             out_cache_loc=(pages_of_token * page_size + cache_pos % page_size).to(device),
             seq_lens=torch.tensor(seq, dtype=torch.int32, device=device),
             extend_lens=torch.tensor(extend, dtype=torch.int32, device=device),
+            seq_lens_cpu=seq,
+            extend_lens_cpu=extend,
             block_table=table.to(device),
             page_size=page_size,
             logits_rows=rows.to(device),

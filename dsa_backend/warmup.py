@@ -162,6 +162,7 @@ class _Runner:
                             positions=positions, out_cache_loc=positions,
                             seq_lens=torch.full((requests,), context, dtype=torch.int32, device=self.device),
                             extend_lens=torch.full((requests,), tokens, dtype=torch.int32, device=self.device),
+                            seq_lens_cpu=[context] * requests, extend_lens_cpu=[tokens] * requests,
                             block_table=self.table.expand(requests, -1), page_size=self.page_size,
                             logits_rows=torch.arange(rows, device=self.device))
 

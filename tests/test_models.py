@@ -269,3 +269,28 @@ def test_mtp_reuses_handed_topk_and_refuses_when_it_has_neither(checkpoint):
     model.mtp[0].decoder.self_attn.indexer = None  # an MTP layer shipped without indexer weights
     with pytest.raises(ValueError, match="MTP layer has no indexer weights"):
         model.forward_mtp(batch, cache, target.hidden)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["deepseek_v32", "glm_shared_freq"])
+def test_decode_and_verify_forwards_read_nothing_back_from_the_gpu(checkpoint, name):
+    # A read back waits for the GPU to drain, so the host cannot run ahead to the next launches,
+    # and a CUDA graph cannot hold it. The launch shapes come from the batch's host copies.
+    model, info = load_model(checkpoint(name), torch.bfloat16, "cuda")
+    cache = KVCache(model.config, 64, 16, dtype=torch.bfloat16, kv_cache_dtype="fp8",
+                    mtp_has_indexer=info.mtp_has_indexer, device="cuda")
+    prompts = random_prompts(LENGTHS)
+    pages = [cache.allocator.allocate(pages_needed(len(p) + 4, 16)) for p in prompts]
+    prefixes = [len(p) for p in prompts]
+    with torch.no_grad():
+        model(ForwardBatch.build(ForwardMode.EXTEND, prompts, [0] * len(prompts), pages, 16, "cuda"), cache)
+        for mode, new in [(ForwardMode.DECODE, [[5]]), (ForwardMode.TARGET_VERIFY, [[5, 6, 7]])]:
+            batch = ForwardBatch.build(mode, new * len(prompts), prefixes, pages, 16, "cuda",
+                                       all_logits=mode is ForwardMode.TARGET_VERIFY)
+            model(batch, cache)  # the first call of a shape may sync (lazy initialisation, library probes)
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                model(batch, cache)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
