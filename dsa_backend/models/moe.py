@@ -52,8 +52,8 @@ class Experts(nn.Module):
         tokens, k = ids.shape
         expert_of_pair, order = ids.flatten().sort(stable=True)
         # run ends, one an expert (an expert no token chose has an empty run)
-        ends = torch.searchsorted(expert_of_pair, torch.arange(self.w13.shape[0], device=ids.device), right=True)
-        ends = ends.to(torch.int32)
+        experts = torch.arange(self.w13.shape[0], device=ids.device)
+        ends = torch.searchsorted(expert_of_pair, experts, right=True).to(torch.int32)
         gate, up = torch._grouped_mm(x[order // k], self.w13.transpose(1, 2), offs=ends).chunk(2, dim=-1)
         # the router's weight scales the activation (it is linear through w2), a 2I-wide row, not an H-wide one
         act = (F.silu(gate) * up * weights.flatten()[order, None]).to(x.dtype)
