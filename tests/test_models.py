@@ -273,7 +273,7 @@ def test_mtp_reuses_handed_topk_and_refuses_when_it_has_neither(checkpoint):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["deepseek_v32", "glm_shared_freq"])
-def test_decode_and_verify_forwards_read_nothing_back_from_the_gpu(checkpoint, name):
+def test_prefill_decode_and_verify_forwards_read_nothing_back_from_the_gpu(checkpoint, name):
     # A read back waits for the GPU to drain, so the host cannot run ahead to the next launches,
     # and a CUDA graph cannot hold it. The launch shapes come from the batch's host copies.
     model, info = load_model(checkpoint(name), torch.bfloat16, "cuda")
@@ -282,10 +282,11 @@ def test_decode_and_verify_forwards_read_nothing_back_from_the_gpu(checkpoint, n
     prompts = random_prompts(LENGTHS)
     pages = [cache.allocator.allocate(pages_needed(len(p) + 4, 16)) for p in prompts]
     prefixes = [len(p) for p in prompts]
+    steps = [(ForwardMode.EXTEND, prompts, [0] * len(prompts)), (ForwardMode.DECODE, [[5]] * len(prompts), prefixes),
+             (ForwardMode.TARGET_VERIFY, [[5, 6, 7]] * len(prompts), prefixes)]
     with torch.no_grad():
-        model(ForwardBatch.build(ForwardMode.EXTEND, prompts, [0] * len(prompts), pages, 16, "cuda"), cache)
-        for mode, new in [(ForwardMode.DECODE, [[5]]), (ForwardMode.TARGET_VERIFY, [[5, 6, 7]])]:
-            batch = ForwardBatch.build(mode, new * len(prompts), prefixes, pages, 16, "cuda",
+        for mode, new, prefix in steps:
+            batch = ForwardBatch.build(mode, new, prefix, pages, 16, "cuda",
                                        all_logits=mode is ForwardMode.TARGET_VERIFY)
             model(batch, cache)  # the first call of a shape may sync (lazy initialisation, library probes)
             torch.cuda.synchronize()
