@@ -1,6 +1,7 @@
 """benchmarks/bench_kernels.py at its --smoke sizes on the CPU (Triton's interpreter): every section
-runs to the end and every correctness check it makes passes. Device time is scarce; a benchmark
-that breaks there (a KeyError, a None where a CUDA-graph time would be) costs a whole call."""
+runs to the end and every correctness check it makes passes; bench_engine.py on a tiny checkpoint.
+Device time is scarce; a benchmark that breaks there (a KeyError, a None where a CUDA-graph time
+would be) costs a whole call."""
 
 import json
 import os
@@ -33,3 +34,19 @@ def test_every_section_runs_and_its_checks_pass(tmp_path):
 def test_one_section_stands_alone(tmp_path, only):
     res = smoke(tmp_path, "--only", only)
     assert res["errors"] == [] and {r["section"] for r in res["rows"]} == {only}
+
+
+def test_the_engine_benchmark_alternates_backends_in_rounds_on_the_cpu(tmp_path, checkpoint):
+    script = SCRIPT.parent / "bench_engine.py"
+    out = tmp_path / "engine.json"
+    run = subprocess.run([sys.executable, str(script), "--model", str(checkpoint("deepseek_v32")), "--device", "cpu",
+                          "--batch", "2", "--prompt-len", "40", "--steps", "2", "--rounds", "2",
+                          "--kv-cache-dtype", "auto", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert [(r["backend"], r["round"]) for r in res["runs"]] == [("kernel", 0), ("torch", 0), ("kernel", 1),
+                                                                 ("torch", 1)]
+    for tag in ("kernel", "torch"):
+        steps = sorted(r["median_step_ms"] for r in res["runs"] if r["backend"] == tag)
+        assert res["median_over_rounds"][tag]["median_step_ms"] == (steps[0] + steps[1]) / 2
+    assert res["kernel_over_torch"] > 0
