@@ -131,6 +131,9 @@ def test_requests_with_equal_token_counts_share_one_page_walk():
     for mode, counts, trees, want in cases:
         batch = ForwardBatch.build(mode, [[1] * n for n in counts], [2, 2], pages, PAGE, trees=trees)
         assert shared_page_walk(batch) == want, (mode, counts)
+        # the launch shapes come from the host copies, which must say what the GPU's lengths say
+        assert batch.seq_lens_cpu == batch.seq_lens.tolist() and batch.extend_lens_cpu == batch.extend_lens.tolist()
+        assert batch.max_seq_len == int(batch.seq_lens.max())
 
 
 # Equal trees share one page walk; a smaller tree, or a plain token beside the tree, walk a token.
