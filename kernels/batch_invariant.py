@@ -92,8 +92,10 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     with b [G, K, N]: mm a group at a time, so a row's bits do not depend on how many rows share
     its group. The ends are read back to the host, which this mode's speed allows."""
     if a.dim() != 2 or b.dim() != 3 or offs is None or bias is not None or out_dtype not in (None, a.dtype):
-        raise NotImplementedError("batch-invariant grouped_mm takes a 2-D a, a 3-D b and offs, without bias or "
-                                  "out_dtype")
+        # the routed experts' form is the only one the engine calls
+        raise ValueError(f"batch-invariant grouped_mm takes a 2-D a grouped by offs and a 3-D b, with no bias or "
+                         f"other out_dtype; got a {a.dim()}-D, b {b.dim()}-D, offs given: {offs is not None}, "
+                         f"bias given: {bias is not None}, out_dtype {out_dtype}")
     out = a.new_zeros(a.shape[0], b.shape[2])  # rows past the last group stay zero
     start = 0
     for group, end in enumerate(offs.tolist()):

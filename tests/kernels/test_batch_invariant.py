@@ -44,6 +44,11 @@ def test_grouped_mm_matches_torch_and_gives_a_row_the_same_bits_in_any_group_siz
         assert torch.equal(alone[0], out[8])
 
 
+def test_grouped_mm_refuses_the_forms_the_engine_does_not_call_naming_them():
+    with pytest.raises(ValueError, match="got a 3-D, b 3-D, offs given: False"):
+        bi.grouped_mm(torch.randn(2, 3, 4), torch.randn(2, 4, 5))
+
+
 def test_mixed_dtypes_are_refused_naming_them():
     with pytest.raises(TypeError, match="torch.float32 and torch.bfloat16"):
         bi.mm(torch.randn(2, 2), torch.randn(2, 2).bfloat16())
