@@ -1,12 +1,16 @@
-"""Engine decode throughput with the reference (torch) DSA backend vs the kernel backend, one run.
+"""Engine decode throughput: the kernel backend replaying CUDA graphs (graph), the kernel backend
+eagerly (kernel), and the reference (torch) DSA backend.
 
     python3 benchmarks/bench_engine.py --model /tmp/v32 [--batch 32] [--prompt-len 2304] [--steps 32] [--rounds 3]
+        [--backends graph,kernel,torch]
 
-Both backends serve the same requests on one Engine (loaded once); only decode steps (every
+All serve the same requests on one Engine (loaded once); only decode steps (every
 request past its prefill) are timed, each on its own too (steps_ms, median_step_ms: a compile or a
 slow host shows as one step). The step is host-bound and moved by up to 1.5x between processes on
 one machine, so --rounds alternates the backends in this one process, and the summary takes each
-backend's median over its rounds. Prints one JSON line; --json writes it to a file too.
+backend's median over its rounds, and the ratio of each backend's tokens/s to the next one's in
+the list (graph_over_kernel, kernel_over_torch). A graph run captures its buckets during its
+prefill and warm-up steps, which are not timed. Prints one JSON line; --json writes it to a file too.
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ def _sync(engine: Engine) -> None:
         torch.cuda.synchronize()
 
 
-def decode_throughput(engine: Engine, backend, batch: int, prompt_len: int, steps: int, warmup: int,
+def decode_throughput(engine: Engine, backend, graphs, batch: int, prompt_len: int, steps: int, warmup: int,
                       tag: str) -> dict:
     engine.model.backend = backend
+    engine.graphs = graphs  # None: eager decode steps
     gen = torch.Generator().manual_seed(0)
     # Requests prefilled first decode while later ones prefill, so no request may run out of
     # max_tokens inside the timed window: time a fixed number of steps, then abort what is left.
@@ -81,7 +86,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--kv-cache-dtype", default="fp8")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--backends", default="kernel,torch", help="comma list of kernel, torch")
+    ap.add_argument("--backends", default="graph,kernel,torch", help="comma list of graph, kernel, torch")
     ap.add_argument("--batch-invariant", action="store_true", help="EngineArgs.batch_invariant (patches this process)")
     ap.add_argument("--rounds", type=int, default=1, help="alternate the backends this many times in this process")
     ap.add_argument("--json")
@@ -92,9 +97,13 @@ def main() -> None:
                                max_running_requests=a.batch, max_num_batched_tokens=8192,
                                batch_invariant=a.batch_invariant))
     print(f"engine loaded in {time.perf_counter() - t:.1f} s", flush=True)
-    backends = {"kernel": KernelDsaBackend, "torch": TorchDsaBackend}
     tags = a.backends.split(",")
-    runs = [dict(decode_throughput(engine, backends[tag](), a.batch, a.prompt_len, a.steps, a.warmup, tag), round=r)
+    if "graph" in tags and engine.graphs is None:
+        ap.error("--backends graph needs CUDA graphs, which are off on the CPU and with --batch-invariant")
+    backends = {"graph": (KernelDsaBackend, engine.graphs), "kernel": (KernelDsaBackend, None),
+                "torch": (TorchDsaBackend, None)}
+    runs = [dict(decode_throughput(engine, backends[tag][0](), backends[tag][1], a.batch, a.prompt_len, a.steps,
+                                   a.warmup, tag), round=r)
             for r in range(a.rounds) for tag in tags]
     result = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name() if a.device == "cuda" else a.device,
                   libraries=dsa_kernels.available_backends(a.device), model=a.model, batch=a.batch, prompt_len=a.prompt_len, kv_cache_dtype=a.kv_cache_dtype,
@@ -102,9 +111,10 @@ def main() -> None:
     by = {tag: {key: statistics.median(r[key] for r in runs if r["backend"] == tag)
                 for key in ("tokens_per_s", "median_step_ms")} for tag in tags}
     result["median_over_rounds"] = by
-    if len(by) == 2:
-        result["kernel_over_torch"] = round(by["kernel"]["tokens_per_s"] / by["torch"]["tokens_per_s"], 2)
-        result["kernel_over_torch_median_step"] = round(by["torch"]["median_step_ms"] / by["kernel"]["median_step_ms"], 2)
+    for faster, slower in zip(tags, tags[1:]):
+        result[f"{faster}_over_{slower}"] = round(by[faster]["tokens_per_s"] / by[slower]["tokens_per_s"], 2)
+        result[f"{faster}_over_{slower}_median_step"] = round(
+            by[slower]["median_step_ms"] / by[faster]["median_step_ms"], 2)
     print(json.dumps(result))
     if a.json:
         with open(a.json, "w") as f:

@@ -18,6 +18,7 @@ import torch
 from dsa_backend.batch import ForwardBatch, ForwardMode
 from dsa_backend.cache import KVCache, pages_needed
 from dsa_backend.config import ModelConfig
+from dsa_backend.cuda_graphs import DecodeGraphs
 from dsa_backend.models import load_model
 from dsa_backend.models.model import ForwardOutput
 from dsa_backend.sampling import (SamplingBatch, SamplingRow, check_vocab, make_generator, process_logits,
@@ -59,6 +60,7 @@ class EngineArgs:
     speculative_eagle_topk: int = 1
     speculative_num_draft_tokens: int | None = None
     warmup: bool = False                 # CUDA: compile the DSA kernels for every step shape at start (warmup.py)
+    cuda_graph: bool = True              # CUDA: replay decode steps from captured graphs (cuda_graphs.py)
 
     def resolved_device(self) -> torch.device:
         if self.device == "auto":
@@ -103,14 +105,22 @@ class Engine:
             enable_batch_invariant_mode(self.device)
         self.model, info = load_model(args.model, self.dtype, self.device, self.config)
         self.max_model_len = args.max_model_len or self.config.max_position_embeddings
-        num_pages = args.num_kv_pages or self._pages_from_memory()
-        self.cache = KVCache(self.config, num_pages, args.page_size, dtype=self.dtype,
+        self.spec = self._spec_config(args, info.mtp_has_indexer)
+        self.num_kv_pages = args.num_kv_pages or self._pages_from_memory()
+        # Graphs serve plain decode steps; speculative steps verify and draft. The routed experts'
+        # grouped GEMM reads its group sizes back to the host, which a capture cannot, everywhere
+        # but in bfloat16 (torch's fallback for other dtypes, and the batch-invariant one).
+        graphs = (args.cuda_graph and self.device.type == "cuda" and self.dtype == torch.bfloat16
+                  and not self.spec and not args.batch_invariant)
+        self.num_held_pages = 1 if graphs else 0  # a page for the graphs' padding rows
+        self.cache = KVCache(self.config, self.num_kv_pages + self.num_held_pages, args.page_size, dtype=self.dtype,
                              kv_cache_dtype=args.kv_cache_dtype, mtp_has_indexer=info.mtp_has_indexer,
                              device=self.device)
+        self.graphs = (DecodeGraphs(self.model, self.cache, args.max_running_requests, self.max_model_len,
+                                    pad_page=self.cache.allocator.allocate(1)[0]) if graphs else None)
         self.scheduler = Scheduler(self.cache.allocator, args.page_size, args.max_running_requests,
                                    args.max_num_batched_tokens)
         self.generator = torch.Generator(device=self.device).manual_seed(args.seed)
-        self.spec = self._spec_config(args, info.mtp_has_indexer)
         self.drafter = (MtpDrafter(self.model, self.cache, self.spec, args.page_size, self.device)
                         if self.spec else None)
         if args.warmup:
@@ -118,10 +128,12 @@ class Engine:
                 args.max_running_requests, args.max_num_batched_tokens, self.max_model_len,
                 tokens_per_verify=self.spec.num_draft_tokens if self.spec else 1,
                 draft_rows=self.spec.topk if self.spec else 1))
+            if self.graphs:
+                self.graphs.capture_all()
         self.sequences: dict[str, Sequence] = {}
         self._arrivals = itertools.count()
         logger.info("engine ready: %s on %s/%s, %d KV pages of %d tokens", self.config.architecture,
-                    self.device, self.dtype, num_pages, args.page_size)
+                    self.device, self.dtype, self.num_kv_pages, args.page_size)
 
     def _spec_config(self, args: EngineArgs, mtp_has_indexer: bool) -> SpecConfig | None:
         if args.speculative_algorithm is None:
@@ -176,9 +188,9 @@ class Engine:
                              f"exceeds the context limit max_model_len={self.max_model_len}")
         lookahead = self.spec.lookahead if self.spec else 0  # draft slots written past the end
         worst = pages_needed(len(prompt_ids) + params.max_tokens + lookahead, self.args.page_size)
-        if worst > self.cache.allocator.num_pages:
+        if worst > self.num_kv_pages:
             raise ValueError(f"prompt plus max_tokens needs {worst} KV pages; the pool has "
-                             f"{self.cache.allocator.num_pages} in all")
+                             f"{self.num_kv_pages} in all")
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """End a request now and free its pages; None if it is not in flight."""
@@ -197,7 +209,10 @@ class Engine:
         if not chunks:
             return []
         batch = self._forward_batch(chunks)
-        out = self.model(batch, self.cache)
+        if self.graphs is not None and self.graphs.serves(batch):
+            out = self.graphs.forward(batch)
+        else:
+            out = self.model(batch, self.cache)
         for chunk in chunks:
             chunk.seq.num_computed += chunk.num_tokens
         if self.spec is not None:
@@ -347,7 +362,7 @@ class Engine:
     def stats(self) -> dict[str, int]:
         kv = self.cache.stats()
         return {"running": len(self.scheduler.running), "waiting": len(self.scheduler.waiting),
-                "kv_pages_total": kv.pages_total, "kv_pages_free": kv.pages_free,
+                "kv_pages_total": kv.pages_total - self.num_held_pages, "kv_pages_free": kv.pages_free,
                 "retractions": self.scheduler.num_retractions}
 
 

@@ -41,6 +41,7 @@ def test_the_engine_benchmark_alternates_backends_in_rounds_on_the_cpu(tmp_path,
     out = tmp_path / "engine.json"
     run = subprocess.run([sys.executable, str(script), "--model", str(checkpoint("deepseek_v32")), "--device", "cpu",
                           "--batch", "2", "--prompt-len", "40", "--steps", "2", "--rounds", "2",
+                          "--backends", "kernel,torch",
                           "--kv-cache-dtype", "auto", "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     res = json.loads(out.read_text())

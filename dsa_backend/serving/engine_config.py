@@ -27,6 +27,7 @@ def engine_args(params: dict[str, str], device: str) -> EngineArgs:
         max_model_len=_optional_int(params, "max_model_len"),
         batch_invariant=_bool(params, "batch_invariant", "false"),
         warmup=_bool(params, "warmup", "false"),
+        cuda_graph=_bool(params, "cuda_graph", "true"),
         **spec)
 
 

@@ -32,6 +32,7 @@ DEFAULTS = {
     "max_model_len": "none",
     "batch_invariant": "false",
     "warmup": "false",
+    "cuda_graph": "true",
     "shutdown_timeout_s": "10",
     "speculative_algorithm": "",          # empty: no speculative decoding; mtp or eagle: the MTP layer drafts
     "speculative_num_steps": "1",

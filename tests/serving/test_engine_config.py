@@ -56,6 +56,13 @@ def test_batch_invariant_is_off_by_default_and_parsed_as_a_boolean():
         engine_args({**FILLED, "batch_invariant": "sometimes"}, "cpu")
 
 
+def test_cuda_graphs_are_on_by_default_and_can_be_turned_off():
+    assert engine_args(FILLED, "cpu").cuda_graph is True
+    assert engine_args({**FILLED, "cuda_graph": "false"}, "cpu").cuda_graph is False
+    with pytest.raises(ValueError, match="cuda_graph must be true or false, got 'maybe'"):
+        engine_args({**FILLED, "cuda_graph": "maybe"}, "cpu")
+
+
 def test_warmup_is_off_by_default_and_can_be_turned_on():
     assert engine_args(FILLED, "cpu").warmup is False
     assert engine_args({**FILLED, "warmup": "true"}, "cpu").warmup is True

@@ -1,0 +1,114 @@
+"""CUDA graphs for decode steps (dsa_backend/cuda_graphs.py): buckets on the CPU, replays on the GPU."""
+
+import pytest
+import torch
+
+from dsa_backend import LLM, SamplingParams
+from dsa_backend.batch import ForwardBatch, ForwardMode
+from dsa_backend.cuda_graphs import MIN_CONTEXT_BUCKET, batch_buckets, context_buckets
+from dsa_backend.engine import Engine, EngineArgs
+
+
+@pytest.mark.parametrize("max_batch", [1, 3, 8, 13, 64, 100])
+def test_every_batch_size_pads_to_a_bucket_by_at_most_seven_rows_or_less_than_itself(max_batch):
+    buckets = batch_buckets(max_batch)
+    assert buckets == sorted(set(buckets)) and buckets[-1] == max_batch
+    for n in range(1, max_batch + 1):
+        padded = next(b for b in buckets if b >= n)
+        assert padded - n <= min(7, n - 1)
+
+
+@pytest.mark.parametrize("max_context", [100, 1024, 4096, 5000, 163840])
+def test_every_context_runs_in_a_launch_at_most_twice_as_long_past_the_smallest_bucket(max_context):
+    buckets = context_buckets(max_context)
+    assert buckets[-1] == max_context and buckets == sorted(set(buckets))
+    for length in range(1, max_context + 1, 97):
+        bucket = next(b for b in buckets if b >= length)
+        assert bucket <= max(2 * length, MIN_CONTEXT_BUCKET, buckets[0])
+
+
+def _prefilled(engine: Engine, lengths: list[int]) -> list:
+    """Requests of these prompt lengths, stepped until each has its first token (prefill done)."""
+    g = torch.Generator().manual_seed(3)
+    for i, n in enumerate(lengths):
+        prompt = torch.randint(100, engine.config.vocab_size, (n,), generator=g).tolist()
+        engine.add_request(f"r{i}", prompt, SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True))
+    seqs = list(engine.sequences.values())
+    while any(not s.output_ids for s in seqs):
+        engine.step()
+    return seqs
+
+
+def _decode_batch(engine: Engine, seqs) -> ForwardBatch:
+    """Each request's next decode token (its last output) at its next position."""
+    return ForwardBatch.build(ForwardMode.DECODE, [[s.output_ids[-1]] for s in seqs], [s.num_computed for s in seqs],
+                              [s.pages for s in seqs], engine.args.page_size, engine.device)
+
+
+# Prompt lengths off page boundaries (the next token's slot is on a page already held); the
+# longest puts its batch in the second context bucket.
+LENGTHS = [5, 40, 70, 100, 3, 1100, 33, 9]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", ["deepseek_v32", "glm_moe_dsa"])
+def test_a_replayed_decode_step_gives_the_eager_forwards_logits(checkpoint, arch):
+    engine = Engine(EngineArgs(str(checkpoint(arch)), device="cuda", page_size=16, num_kv_pages=256,
+                               max_running_requests=8))
+    seqs = _prefilled(engine, LENGTHS)
+    for rows in ([0], [0, 1, 2], [1, 2, 3, 4], [5, 0], list(range(8))):  # padded and full buckets, two contexts
+        batch = _decode_batch(engine, [seqs[r] for r in rows])
+        eager = engine.model(batch, engine.cache).logits
+        replayed = engine.graphs.forward(batch).logits
+        assert replayed.shape == eager.shape
+        assert torch.equal(replayed.argmax(-1), eager.argmax(-1))
+        torch.testing.assert_close(replayed, eager, rtol=2e-2, atol=2e-2 * eager.abs().max().item())
+    assert {context for _, context in engine.graphs.graphs} == {1024, 2048}
+
+
+@pytest.mark.gpu
+def test_padding_rows_write_only_the_held_page(checkpoint):
+    engine = Engine(EngineArgs(str(checkpoint("deepseek_v32")), device="cuda", page_size=16, num_kv_pages=256,
+                               max_running_requests=8))
+    seqs = _prefilled(engine, LENGTHS)
+    batch = _decode_batch(engine, seqs[:3])  # bucket 4: one padding row
+    mla, index = engine.cache.mla.buffer.clone(), engine.cache.indexer.buffer.clone()
+    engine.graphs.forward(batch)
+    torch.cuda.synchronize()
+    page_size, pad = engine.args.page_size, engine.graphs.pad_page
+    written = set(batch.out_cache_loc.tolist()) | set(range(pad * page_size, (pad + 1) * page_size))
+    changed = (engine.cache.mla.buffer != mla).flatten(2).any(-1).any(0).nonzero().flatten().tolist()
+    assert changed and set(changed) <= written and set(changed) & set(range(pad * page_size, (pad + 1) * page_size))
+    pages = (engine.cache.indexer.buffer != index).any(-1).any(0).nonzero().flatten().tolist()
+    assert set(pages) <= {s // page_size for s in written}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", ["deepseek_v32", "glm_moe_dsa"])
+def test_greedy_tokens_with_graphs_equal_the_eager_engines(checkpoint, arch, monkeypatch):
+    # Four requests decode together, then the last two: every decode batch fills its bucket, so the
+    # graphs launch the eager steps' kernels at the eager steps' shapes (but for the context bucket).
+    args = dict(device="cuda", page_size=16, num_kv_pages=512, max_running_requests=4, max_model_len=2048)
+    g = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(100, 129280, (n,), generator=g).tolist() for n in (7, 60, 300, 1000, 21, 2)]
+    params = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    eager = [out.token_ids for out in LLM(checkpoint(arch), cuda_graph=False, **args).generate(prompts, params)]
+    llm = LLM(checkpoint(arch), **args)
+    llm.engine.graphs.capture_all()
+    captured = set(llm.engine.graphs.graphs)
+    assert captured == {(b, c) for b in (1, 2, 4) for c in (1024, 2048)}
+    replayed = []
+    forward = llm.engine.graphs.forward
+    monkeypatch.setattr(llm.engine.graphs, "forward", lambda batch: replayed.append(batch.batch_size) or forward(batch))
+    assert [out.token_ids for out in llm.generate(prompts, params)] == eager
+    assert len(replayed) >= 39 and set(llm.engine.graphs.graphs) == captured  # decode steps replayed, none captured
+    assert llm.engine.cache.allocator.num_free == llm.engine.num_kv_pages  # all but the held page free again
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("engine_args", [dict(dtype="float32"), dict(cuda_graph=False)])
+def test_graphs_are_off_where_a_capture_cannot_serve_or_the_user_says_so(checkpoint, engine_args):
+    # float32's grouped GEMM reads its group sizes back to the host (batch_invariant's too, but it
+    # patches the whole process: tests/test_batch_invariance.py)
+    engine = Engine(EngineArgs(str(checkpoint("deepseek_v32")), device="cuda", num_kv_pages=64, **engine_args))
+    assert engine.graphs is None and engine.num_held_pages == 0
