@@ -77,9 +77,17 @@ class DecodeGraphs:
         self.block_table = torch.full((rows, pages_needed(max_context, self.page_size)), pad_page,
                                       dtype=torch.int32, device=device)
         self.logits_rows = torch.arange(rows, device=device)
+        # Every graph writes its outputs here, so that what a graph makes on the way, its logits
+        # included, is pool memory the next capture reuses (one graph replays at a time): a
+        # graph's own [rows, vocab] fp32 logits, kept for each of ~100 buckets, would hold GBs.
+        c = model.config
+        self.out = ForwardOutput(logits=torch.zeros(rows, c.vocab_size, device=device),
+                                 hidden=torch.zeros(rows, c.hidden_size, dtype=model.model.embed_tokens.weight.dtype,
+                                                    device=device),
+                                 topk=torch.zeros(rows, c.index_topk, dtype=torch.int32, device=device))
         self.stream = torch.cuda.Stream(device)
-        self.pool = torch.cuda.graph_pool_handle()  # one memory pool: one graph replays at a time
-        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, ForwardOutput]] = {}
+        self.pool = torch.cuda.graph_pool_handle()
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
 
     def serves(self, batch: ForwardBatch) -> bool:
         """A plain decode batch within the buckets (no draft trees: those take the eager path)."""
@@ -96,9 +104,8 @@ class DecodeGraphs:
         key = (rows, context)
         if key not in self.graphs:
             self.graphs[key] = self._capture(rows, context)
-        graph, out = self.graphs[key]
-        graph.replay()
-        return ForwardOutput(out.logits[:n], out.hidden[:n], out.topk[:n])
+        self.graphs[key].replay()
+        return ForwardOutput(self.out.logits[:n], self.out.hidden[:n], self.out.topk[:n])
 
     def _fill(self, batch: ForwardBatch, rows: int) -> None:
         """Copy the batch into the static buffers and make rows past it padding."""
@@ -129,7 +136,7 @@ class DecodeGraphs:
                             extend_lens_cpu=[1] * rows, block_table=self.block_table[:rows],
                             page_size=self.page_size, logits_rows=self.logits_rows[:rows])
 
-    def _capture(self, rows: int, context: int) -> tuple[torch.cuda.CUDAGraph, ForwardOutput]:
+    def _capture(self, rows: int, context: int) -> torch.cuda.CUDAGraph:
         start = time.perf_counter()
         batch = self._static_batch(rows, context)
         self.stream.wait_stream(torch.cuda.current_stream())
@@ -138,10 +145,12 @@ class DecodeGraphs:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
             out = self.model(batch, self.cache)
+            for static, made in zip((self.out.logits, self.out.hidden, self.out.topk), (out.logits, out.hidden, out.topk)):
+                static[:rows].copy_(made)
         torch.cuda.current_stream().wait_stream(self.stream)
         logger.info("captured a decode graph for %d rows, contexts up to %d, in %.2f s (%d graphs)",
                     rows, context, time.perf_counter() - start, len(self.graphs) + 1)
-        return graph, out
+        return graph
 
     def capture_all(self) -> None:
         """Capture every bucket now (start-up), largest first, so that serving captures none."""
