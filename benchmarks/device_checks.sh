@@ -37,7 +37,7 @@ for stage in "$@"; do
     engine)
       timeout 120 python3 -m dsa_backend.tools.make_checkpoint --arch deepseek_v32 --preset v32-slice \
         --out /tmp/v32 --fp8 >/dev/null
-      timeout 240 python3 benchmarks/bench_engine.py --model /tmp/v32 --batch 32 --prompt-len 2112 --steps 16 \
+      timeout 300 python3 benchmarks/bench_engine.py --model /tmp/v32 --batch 32 --prompt-len 2112 --steps 16 \
         --json "$OUT/bench_engine.json" 2>&1 | tail -5
       timeout 180 python3 benchmarks/bench_engine.py --model /tmp/v32 --batch 32 --prompt-len 2112 --steps 16 \
         --backends kernel --batch-invariant --json "$OUT/bench_engine_batch_invariant.json" 2>&1 | tail -3 ;;
