@@ -2,7 +2,7 @@
 # GPU checks for one device call, from the repository root, carrying .device (see gpu-pack):
 #   bash benchmarks/device_checks.sh gpu-tests serving engine topk spec   (gpu-tests-mla: sparse MLA's tests;
 #   gpu-tests-warmup: the start-up warm-up's, ~3 minutes with a cold Triton cache; gpu-tests-model: the
-#   model's against transformers, the routed experts', sampling's)
+#   model's against transformers, the routed experts', sampling's, the decode CUDA graphs')
 # Each stage is bounded by its own timeout so that one stuck stage still leaves the others' output.
 set -u
 source .device/setup.sh || exit 1
@@ -26,8 +26,8 @@ for stage in "$@"; do
       timeout 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_sparse_mla.py 2>&1 \
         | grep -v "^  " | tail -30 ;;
     gpu-tests-model)
-      timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_models.py tests/test_moe.py \
-        tests/test_sampling.py 2>&1 | tail -8 ;;
+      timeout 360 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_models.py tests/test_moe.py \
+        tests/test_sampling.py tests/test_cuda_graphs.py 2>&1 | tail -8 ;;
     gpu-tests-warmup)
       timeout 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_warmup.py 2>&1 | tail -8 ;;
     serving)

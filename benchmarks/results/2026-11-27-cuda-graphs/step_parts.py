@@ -1,7 +1,7 @@
 """Where a decode step's time goes with CUDA graphs: the batch's build on the host, the forward
 (graph replay against the eager forward, wall and GPU time), and sampling with its read back.
 
-    python3 step_parts.py --model /tmp/v32 [--batch 32] [--prompt-len 2112] [--reps 20] [--json F]
+    python3 step_parts.py --model /tmp/v32 [--batch 32] [--prompt-len 2100] [--reps 20] [--json F]
 
 The forwards run on one decode batch of the engine's requests, rebuilt each rep (each writes the
 same KV slot again). Medians of --reps, ms.
@@ -42,14 +42,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--prompt-len", type=int, default=2112)
+    ap.add_argument("--prompt-len", type=int, default=2100)  # no request crosses a page while the others prefill
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json")
     a = ap.parse_args()
     engine = Engine(EngineArgs(model=a.model, kv_cache_dtype="fp8", num_kv_pages=a.batch * (a.prompt_len // 64 + 4),
                                max_running_requests=a.batch, max_num_batched_tokens=8192))
     gen = torch.Generator().manual_seed(0)
-    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True)
     for i in range(a.batch):
         engine.add_request(f"r{i}", torch.randint(2, 128000, (a.prompt_len,), generator=gen).tolist(), params)
     seqs = list(engine.sequences.values())
