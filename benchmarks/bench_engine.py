@@ -2,7 +2,7 @@
 eagerly (kernel), and the reference (torch) DSA backend.
 
     python3 benchmarks/bench_engine.py --model /tmp/v32 [--batch 32] [--prompt-len 2304] [--steps 32] [--rounds 3]
-        [--backends graph,kernel,torch]
+        [--backends graph,kernel,torch] [--speculative-num-steps 2]
 
 All serve the same requests on one Engine (loaded once); only decode steps (every
 request past its prefill) are timed, each on its own too (steps_ms, median_step_ms: a compile or a
@@ -89,13 +89,17 @@ def main() -> None:
     ap.add_argument("--backends", default="graph,kernel,torch", help="comma list of graph, kernel, torch")
     ap.add_argument("--batch-invariant", action="store_true", help="EngineArgs.batch_invariant (patches this process)")
     ap.add_argument("--rounds", type=int, default=1, help="alternate the backends this many times in this process")
+    ap.add_argument("--speculative-num-steps", type=int, default=0,
+                    help="> 0: MTP chain drafting, this many drafts a step (graphs then serve the verify steps)")
     ap.add_argument("--json")
     a = ap.parse_args()
-    pages = a.batch * (-(-(a.prompt_len + _MAX_TOKENS) // 64)) + 8
+    pages = a.batch * (-(-(a.prompt_len + _MAX_TOKENS + a.speculative_num_steps + 1) // 64)) + 8
     t = time.perf_counter()
     engine = Engine(EngineArgs(model=a.model, device=a.device, kv_cache_dtype=a.kv_cache_dtype, num_kv_pages=pages,
                                max_running_requests=a.batch, max_num_batched_tokens=8192,
-                               batch_invariant=a.batch_invariant))
+                               batch_invariant=a.batch_invariant,
+                               **(dict(speculative_algorithm="mtp", speculative_num_steps=a.speculative_num_steps)
+                                  if a.speculative_num_steps else {})))
     print(f"engine loaded in {time.perf_counter() - t:.1f} s", flush=True)
     tags = a.backends.split(",")
     if "graph" in tags and engine.graphs is None:
@@ -107,7 +111,7 @@ def main() -> None:
             for r in range(a.rounds) for tag in tags]
     result = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name() if a.device == "cuda" else a.device,
                   libraries=dsa_kernels.available_backends(a.device), model=a.model, batch=a.batch, prompt_len=a.prompt_len, kv_cache_dtype=a.kv_cache_dtype,
-                  batch_invariant=a.batch_invariant, runs=runs)
+                  batch_invariant=a.batch_invariant, speculative_num_steps=a.speculative_num_steps, runs=runs)
     by = {tag: {key: statistics.median(r[key] for r in runs if r["backend"] == tag)
                 for key in ("tokens_per_s", "median_step_ms")} for tag in tags}
     result["median_over_rounds"] = by

@@ -1,15 +1,16 @@
-"""CUDA graphs for decode steps: one captured forward per (batch bucket, context bucket).
+"""CUDA graphs for decode steps (and a chain's verify): one captured forward per (batch bucket,
+context bucket).
 
 Eagerly, a decode step is host-bound: every layer's DSA calls cost 0.2-0.6 ms of host time on the
 device machine (docs/PERFORMANCE.md, "Host time a call") against microseconds of GPU work. A graph
 replays the whole forward's launches at once. A capture fixes every shape, so:
-- a batch of n requests runs in the graph of the smallest batch bucket >= n; the rows past n are
-  padding: token 0 at position 0 of a page held for them (their KV writes land there), length 1;
+- a batch of b requests runs in the graph of the smallest batch bucket >= b; the requests past b
+  are padding: token 0 at positions 0.. of a page held for them (their KV writes land there);
 - the launch shapes that follow the longest context (the indexer logits' width, the top-k's
   launch) are the context bucket's, the smallest >= the batch's longest context. Each row still
   reads only its own keys: the kernels take the lengths from the device.
 Metadata lives in static buffers that a replay fills in place; nothing in the forward reads back
-from the GPU (tests/test_engine_gpu.py checks that under torch's sync debug mode).
+from the GPU (tests/test_models.py checks that under torch's sync debug mode).
 
 Graphs are captured on a bucket's first use. The DSA kernels need one eager call of each shape on
 the capture stream first (the top-k's barrier counters and FlashMLA's schedule, kernels/dispatch.py),
@@ -57,88 +58,100 @@ def _bucket(buckets: list[int], n: int) -> int:
 
 
 class DecodeGraphs:
-    """Captured DECODE forwards of `model` over `cache`, replayed for batches of up to max_batch
-    requests whose contexts reach at most max_context tokens. pad_page: a page of the cache held
-    for padding rows, which nothing else may use."""
+    """Captured decode-like forwards of `model` over `cache`: n = tokens_per_request new tokens a
+    request, DECODE for 1, a chain's TARGET_VERIFY (root and drafts) for more. Replayed for
+    batches of up to max_batch requests whose contexts reach at most max_context tokens.
+    pad_page: a page of the cache held for padding requests, which nothing else may use."""
 
-    def __init__(self, model: DsaForCausalLM, cache: KVCache, max_batch: int, max_context: int, pad_page: int):
+    def __init__(self, model: DsaForCausalLM, cache: KVCache, max_batch: int, max_context: int, pad_page: int,
+                 tokens_per_request: int = 1):
         self.model, self.cache = model, cache
+        self.n = tokens_per_request
+        self.mode = ForwardMode.DECODE if self.n == 1 else ForwardMode.TARGET_VERIFY
         self.batch_buckets = batch_buckets(max_batch)
         self.context_buckets = context_buckets(max_context)
         self.page_size = cache.page_size
         self.pad_page = pad_page
         device = cache.mla.buffer.device
-        rows, long = self.batch_buckets[-1], dict(dtype=torch.long, device=device)
-        self.input_ids = torch.zeros(rows, **long)
-        self.positions = torch.zeros(rows, **long)
-        self.out_cache_loc = torch.full((rows,), pad_page * self.page_size, **long)
-        self.seq_lens = torch.ones(rows, dtype=torch.int32, device=device)
-        self.extend_lens = torch.ones(rows, dtype=torch.int32, device=device)
-        self.block_table = torch.full((rows, pages_needed(max_context, self.page_size)), pad_page,
+        requests = self.batch_buckets[-1]
+        tokens, long = requests * self.n, dict(dtype=torch.long, device=device)
+        # A padding request's tokens sit at positions 0..n-1, every page of its table the held one.
+        self.pad_positions = torch.arange(self.n, **long).repeat(requests)
+        self.pad_slots = pad_page * self.page_size + self.pad_positions % self.page_size
+        self.pad_pages = pages_needed(self.n, self.page_size)
+        self.input_ids = torch.zeros(tokens, **long)
+        self.positions = self.pad_positions.clone()
+        self.out_cache_loc = self.pad_slots.clone()
+        self.seq_lens = torch.full((requests,), self.n, dtype=torch.int32, device=device)
+        self.extend_lens = torch.full((requests,), self.n, dtype=torch.int32, device=device)
+        self.block_table = torch.full((requests, pages_needed(max_context, self.page_size)), pad_page,
                                       dtype=torch.int32, device=device)
-        self.logits_rows = torch.arange(rows, device=device)
+        self.logits_rows = torch.arange(tokens, device=device)  # a verify scores every token
         # Every graph writes its outputs here, so that what a graph makes on the way, its logits
         # included, is pool memory the next capture reuses (one graph replays at a time): a
-        # graph's own [rows, vocab] fp32 logits, kept for each of ~100 buckets, would hold GBs.
+        # graph's own [tokens, vocab] fp32 logits, kept for each of ~100 buckets, would hold GBs.
         c = model.config
-        self.out = ForwardOutput(logits=torch.zeros(rows, c.vocab_size, device=device),
-                                 hidden=torch.zeros(rows, c.hidden_size, dtype=model.model.embed_tokens.weight.dtype,
+        self.out = ForwardOutput(logits=torch.zeros(tokens, c.vocab_size, device=device),
+                                 hidden=torch.zeros(tokens, c.hidden_size, dtype=model.model.embed_tokens.weight.dtype,
                                                     device=device),
-                                 topk=torch.zeros(rows, c.index_topk, dtype=torch.int32, device=device))
+                                 topk=torch.zeros(tokens, c.index_topk, dtype=torch.int32, device=device))
         self.stream = torch.cuda.Stream(device)
         self.pool = torch.cuda.graph_pool_handle()
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
 
     def serves(self, batch: ForwardBatch) -> bool:
-        """A plain decode batch within the buckets (no draft trees: those take the eager path)."""
-        return (batch.mode is ForwardMode.DECODE and batch.tree is None
+        """A batch of this mode with n tokens in every request, in position order (no draft
+        trees: those take the eager path), within the buckets."""
+        return (batch.mode is self.mode and batch.tree is None and set(batch.extend_lens_cpu) == {self.n}
                 and batch.batch_size <= self.batch_buckets[-1] and batch.max_seq_len <= self.context_buckets[-1])
 
     def forward(self, batch: ForwardBatch) -> ForwardOutput:
-        """The model's forward of `batch` by graph replay. The outputs are views of the graph's
-        static tensors: valid until the next replay."""
-        n = batch.batch_size
-        rows = _bucket(self.batch_buckets, n)
+        """The model's forward of `batch` by graph replay. The outputs are views of static
+        tensors: valid until the next replay."""
+        requests = _bucket(self.batch_buckets, batch.batch_size)
         context = _bucket(self.context_buckets, batch.max_seq_len)
-        self._fill(batch, rows)
-        key = (rows, context)
+        self._fill(batch, requests)
+        key = (requests, context)
         if key not in self.graphs:
-            self.graphs[key] = self._capture(rows, context)
+            self.graphs[key] = self._capture(requests, context)
         self.graphs[key].replay()
-        return ForwardOutput(self.out.logits[:n], self.out.hidden[:n], self.out.topk[:n])
+        t = batch.num_tokens
+        return ForwardOutput(self.out.logits[:t], self.out.hidden[:t], self.out.topk[:t])
 
-    def _fill(self, batch: ForwardBatch, rows: int) -> None:
-        """Copy the batch into the static buffers and make rows past it padding."""
-        n, width = batch.batch_size, batch.block_table.shape[1]
-        self.input_ids[:n].copy_(batch.input_ids)
-        self.positions[:n].copy_(batch.positions)
-        self.out_cache_loc[:n].copy_(batch.out_cache_loc)
-        self.seq_lens[:n].copy_(batch.seq_lens)
-        self.block_table[:n, :width].copy_(batch.block_table)
-        self._pad(n, rows)
+    def _fill(self, batch: ForwardBatch, requests: int) -> None:
+        """Copy the batch into the static buffers and make the requests past it padding."""
+        b, t, width = batch.batch_size, batch.num_tokens, batch.block_table.shape[1]
+        self.input_ids[:t].copy_(batch.input_ids)
+        self.positions[:t].copy_(batch.positions)
+        self.out_cache_loc[:t].copy_(batch.out_cache_loc)
+        self.seq_lens[:b].copy_(batch.seq_lens)
+        self.block_table[:b, :width].copy_(batch.block_table)
+        self._pad(b, requests)
 
-    def _pad(self, first: int, rows: int) -> None:
-        """Rows [first, rows) become padding. A padding row's length is 1: of its table row it
-        reads column 0 only."""
-        if rows > first:
-            self.input_ids[first:rows] = 0
-            self.positions[first:rows] = 0
-            self.out_cache_loc[first:rows] = self.pad_page * self.page_size
-            self.seq_lens[first:rows] = 1
-            self.block_table[first:rows, 0] = self.pad_page
+    def _pad(self, first: int, requests: int) -> None:
+        """Requests [first, requests) become padding: of its table row a padding request reads
+        the first pad_pages columns only."""
+        if requests > first:
+            tokens = slice(first * self.n, requests * self.n)
+            self.input_ids[tokens] = 0
+            self.positions[tokens] = self.pad_positions[tokens]
+            self.out_cache_loc[tokens] = self.pad_slots[tokens]
+            self.seq_lens[first:requests] = self.n
+            self.block_table[first:requests, : self.pad_pages] = self.pad_page
 
-    def _static_batch(self, rows: int, context: int) -> ForwardBatch:
+    def _static_batch(self, requests: int, context: int) -> ForwardBatch:
         # The host lengths are the bucket's: they set the launch shapes, which must hold for every
         # batch the graph replays.
-        return ForwardBatch(mode=ForwardMode.DECODE, input_ids=self.input_ids[:rows], positions=self.positions[:rows],
-                            out_cache_loc=self.out_cache_loc[:rows], seq_lens=self.seq_lens[:rows],
-                            extend_lens=self.extend_lens[:rows], seq_lens_cpu=[context] * rows,
-                            extend_lens_cpu=[1] * rows, block_table=self.block_table[:rows],
-                            page_size=self.page_size, logits_rows=self.logits_rows[:rows])
+        tokens = requests * self.n
+        return ForwardBatch(mode=self.mode, input_ids=self.input_ids[:tokens], positions=self.positions[:tokens],
+                            out_cache_loc=self.out_cache_loc[:tokens], seq_lens=self.seq_lens[:requests],
+                            extend_lens=self.extend_lens[:requests], seq_lens_cpu=[context] * requests,
+                            extend_lens_cpu=[self.n] * requests, block_table=self.block_table[:requests],
+                            page_size=self.page_size, logits_rows=self.logits_rows[:tokens])
 
-    def _capture(self, rows: int, context: int) -> torch.cuda.CUDAGraph:
+    def _capture(self, requests: int, context: int) -> torch.cuda.CUDAGraph:
         start = time.perf_counter()
-        batch = self._static_batch(rows, context)
+        batch = self._static_batch(requests, context)
         self.stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.stream):
             self.model(batch, self.cache)  # eager first, on the capture stream (module docstring)
@@ -146,16 +159,16 @@ class DecodeGraphs:
         with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
             out = self.model(batch, self.cache)
             for static, made in zip((self.out.logits, self.out.hidden, self.out.topk), (out.logits, out.hidden, out.topk)):
-                static[:rows].copy_(made)
+                static[: batch.num_tokens].copy_(made)
         torch.cuda.current_stream().wait_stream(self.stream)
-        logger.info("captured a decode graph for %d rows, contexts up to %d, in %.2f s (%d graphs)",
-                    rows, context, time.perf_counter() - start, len(self.graphs) + 1)
+        logger.info("captured a %s graph for %d requests, contexts up to %d, in %.2f s (%d graphs)", self.mode.name,
+                    requests, context, time.perf_counter() - start, len(self.graphs) + 1)
         return graph
 
     def capture_all(self) -> None:
         """Capture every bucket now (start-up), largest first, so that serving captures none."""
-        for rows in reversed(self.batch_buckets):
+        for requests in reversed(self.batch_buckets):
             for context in reversed(self.context_buckets):
-                if (rows, context) not in self.graphs:
-                    self._pad(0, rows)  # so that the capture's eager run writes the held page only
-                    self.graphs[(rows, context)] = self._capture(rows, context)
+                if (requests, context) not in self.graphs:
+                    self._pad(0, requests)  # so that the capture's eager run writes the held page only
+                    self.graphs[(requests, context)] = self._capture(requests, context)

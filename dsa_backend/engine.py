@@ -107,17 +107,20 @@ class Engine:
         self.max_model_len = args.max_model_len or self.config.max_position_embeddings
         self.spec = self._spec_config(args, info.mtp_has_indexer)
         self.num_kv_pages = args.num_kv_pages or self._pages_from_memory()
-        # Graphs serve plain decode steps; speculative steps verify and draft. The routed experts'
-        # grouped GEMM reads its group sizes back to the host, which a capture cannot, everywhere
-        # but in bfloat16 (torch's fallback for other dtypes, and the batch-invariant one).
+        # Graphs serve decode steps, or a chain's verify steps (a tree's verify and the draft steps
+        # run eagerly). The routed experts' grouped GEMM reads its group sizes back to the host,
+        # which a capture cannot, everywhere but in bfloat16 (torch's fallback for other dtypes,
+        # and the batch-invariant one).
         graphs = (args.cuda_graph and self.device.type == "cuda" and self.dtype == torch.bfloat16
-                  and not self.spec and not args.batch_invariant)
+                  and (not self.spec or self.spec.is_chain) and not args.batch_invariant)
         self.num_held_pages = 1 if graphs else 0  # a page for the graphs' padding rows
         self.cache = KVCache(self.config, self.num_kv_pages + self.num_held_pages, args.page_size, dtype=self.dtype,
                              kv_cache_dtype=args.kv_cache_dtype, mtp_has_indexer=info.mtp_has_indexer,
                              device=self.device)
         self.graphs = (DecodeGraphs(self.model, self.cache, args.max_running_requests, self.max_model_len,
-                                    pad_page=self.cache.allocator.allocate(1)[0]) if graphs else None)
+                                    pad_page=self.cache.allocator.allocate(1)[0],
+                                    tokens_per_request=self.spec.num_draft_tokens if self.spec else 1)
+                       if graphs else None)
         self.scheduler = Scheduler(self.cache.allocator, args.page_size, args.max_running_requests,
                                    args.max_num_batched_tokens)
         self.generator = torch.Generator(device=self.device).manual_seed(args.seed)

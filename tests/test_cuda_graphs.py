@@ -40,9 +40,18 @@ def _prefilled(engine: Engine, lengths: list[int]) -> list:
 
 
 def _decode_batch(engine: Engine, seqs) -> ForwardBatch:
-    """Each request's next decode token (its last output) at its next position."""
-    return ForwardBatch.build(ForwardMode.DECODE, [[s.output_ids[-1]] for s in seqs], [s.num_computed for s in seqs],
-                              [s.pages for s in seqs], engine.args.page_size, engine.device)
+    """The step the engine's graphs serve: each request's last output at its next position, and
+    with a chain's verify graphs n - 1 draft tokens after it (on pages the drafter reserved)."""
+    n = engine.graphs.n
+    return ForwardBatch.build(engine.graphs.mode, [[s.output_ids[-1]] + list(range(500, 499 + n)) for s in seqs],
+                              [s.num_computed for s in seqs], [s.pages for s in seqs], engine.args.page_size,
+                              engine.device, all_logits=n > 1)
+
+
+def _engine(checkpoint, arch: str, spec_steps: int) -> Engine:
+    spec = dict(speculative_algorithm="mtp", speculative_num_steps=spec_steps) if spec_steps else {}
+    return Engine(EngineArgs(str(checkpoint(arch)), device="cuda", page_size=16, num_kv_pages=256,
+                             max_running_requests=8, **spec))
 
 
 # Prompt lengths off page boundaries (the next token's slot is on a page already held); the
@@ -51,13 +60,14 @@ LENGTHS = [5, 40, 70, 100, 3, 1100, 33, 9]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("arch", ["deepseek_v32", "glm_moe_dsa"])
-def test_a_replayed_decode_step_gives_the_eager_forwards_logits(checkpoint, arch):
-    engine = Engine(EngineArgs(str(checkpoint(arch)), device="cuda", page_size=16, num_kv_pages=256,
-                               max_running_requests=8))
+@pytest.mark.parametrize("arch,spec_steps", [("deepseek_v32", 0), ("glm_moe_dsa", 0), ("deepseek_v32", 2)])
+def test_a_replayed_step_gives_the_eager_forwards_logits(checkpoint, arch, spec_steps):
+    # spec_steps 2: a chain's verify, three tokens a request
+    engine = _engine(checkpoint, arch, spec_steps)
     seqs = _prefilled(engine, LENGTHS)
     for rows in ([0], [0, 1, 2], [1, 2, 3, 4], [5, 0], list(range(8))):  # padded and full buckets, two contexts
         batch = _decode_batch(engine, [seqs[r] for r in rows])
+        assert engine.graphs.serves(batch)
         eager = engine.model(batch, engine.cache).logits
         replayed = engine.graphs.forward(batch).logits
         assert replayed.shape == eager.shape
@@ -67,9 +77,9 @@ def test_a_replayed_decode_step_gives_the_eager_forwards_logits(checkpoint, arch
 
 
 @pytest.mark.gpu
-def test_padding_rows_write_only_the_held_page(checkpoint):
-    engine = Engine(EngineArgs(str(checkpoint("deepseek_v32")), device="cuda", page_size=16, num_kv_pages=256,
-                               max_running_requests=8))
+@pytest.mark.parametrize("spec_steps", [0, 2])
+def test_padding_rows_write_only_the_held_page(checkpoint, spec_steps):
+    engine = _engine(checkpoint, "deepseek_v32", spec_steps)
     seqs = _prefilled(engine, LENGTHS)
     batch = _decode_batch(engine, seqs[:3])  # bucket 4: one padding row
     mla, index = engine.cache.mla.buffer.clone(), engine.cache.indexer.buffer.clone()
@@ -106,9 +116,28 @@ def test_greedy_tokens_with_graphs_equal_the_eager_engines(checkpoint, arch, mon
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("engine_args", [dict(dtype="float32"), dict(cuda_graph=False)])
+@pytest.mark.parametrize("engine_args", [dict(dtype="float32"), dict(cuda_graph=False),
+                                         dict(speculative_algorithm="eagle", speculative_num_steps=2,
+                                              speculative_eagle_topk=2)])
 def test_graphs_are_off_where_a_capture_cannot_serve_or_the_user_says_so(checkpoint, engine_args):
     # float32's grouped GEMM reads its group sizes back to the host (batch_invariant's too, but it
-    # patches the whole process: tests/test_batch_invariance.py)
+    # patches the whole process: tests/test_batch_invariance.py); tree verify steps run eagerly
     engine = Engine(EngineArgs(str(checkpoint("deepseek_v32")), device="cuda", num_kv_pages=64, **engine_args))
     assert engine.graphs is None and engine.num_held_pages == 0
+
+
+@pytest.mark.gpu
+def test_greedy_tokens_of_a_chain_with_verify_graphs_equal_the_eager_engines(checkpoint, monkeypatch):
+    # Two requests at most: every verify batch (2 or 1 requests) fills its bucket.
+    args = dict(device="cuda", page_size=16, num_kv_pages=256, max_running_requests=2, max_model_len=2048,
+                speculative_algorithm="mtp", speculative_num_steps=2)
+    prompts = [list(range(300, 340)), list(range(1000, 1900, 3))]
+    params = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
+    eager = [out.token_ids for out in LLM(checkpoint("deepseek_v32"), cuda_graph=False, **args).generate(prompts, params)]
+    llm = LLM(checkpoint("deepseek_v32"), **args)
+    assert llm.engine.graphs.mode is ForwardMode.TARGET_VERIFY and llm.engine.graphs.n == 3
+    replayed = []
+    forward = llm.engine.graphs.forward
+    monkeypatch.setattr(llm.engine.graphs, "forward", lambda batch: replayed.append(batch.batch_size) or forward(batch))
+    assert [out.token_ids for out in llm.generate(prompts, params)] == eager
+    assert len(replayed) >= 10
