@@ -66,6 +66,9 @@ class DecodeGraphs:
     def __init__(self, model: DsaForCausalLM, cache: KVCache, max_batch: int, max_context: int, pad_page: int,
                  tokens_per_request: int = 1):
         self.model, self.cache = model, cache
+        # What the graphs replay is this backend's launches: a forward with another one set on the
+        # model (a test or benchmark comparing backends) takes the eager path.
+        self.backend = model.backend
         self.n = tokens_per_request
         self.mode = ForwardMode.DECODE if self.n == 1 else ForwardMode.TARGET_VERIFY
         self.batch_buckets = batch_buckets(max_batch)
@@ -101,8 +104,9 @@ class DecodeGraphs:
 
     def serves(self, batch: ForwardBatch) -> bool:
         """A batch of this mode with n tokens in every request, in position order (no draft
-        trees: those take the eager path), within the buckets."""
-        return (batch.mode is self.mode and batch.tree is None and set(batch.extend_lens_cpu) == {self.n}
+        trees: those take the eager path), within the buckets, for the captured backend."""
+        return (self.model.backend is self.backend and batch.mode is self.mode and batch.tree is None
+                and set(batch.extend_lens_cpu) == {self.n}
                 and batch.batch_size <= self.batch_buckets[-1] and batch.max_seq_len <= self.context_buckets[-1])
 
     def forward(self, batch: ForwardBatch) -> ForwardOutput:

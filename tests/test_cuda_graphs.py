@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from dsa_backend import LLM, SamplingParams
+from dsa_backend.attention import TorchDsaBackend
 from dsa_backend.batch import ForwardBatch, ForwardMode
 from dsa_backend.cuda_graphs import MIN_CONTEXT_BUCKET, batch_buckets, context_buckets
 from dsa_backend.engine import Engine, EngineArgs
@@ -74,6 +75,8 @@ def test_a_replayed_step_gives_the_eager_forwards_logits(checkpoint, arch, spec_
         assert torch.equal(replayed.argmax(-1), eager.argmax(-1))
         torch.testing.assert_close(replayed, eager, rtol=2e-2, atol=2e-2 * eager.abs().max().item())
     assert {context for _, context in engine.graphs.graphs} == {1024, 2048}
+    engine.model.backend = TorchDsaBackend()  # not what the graphs captured: eager forwards
+    assert not engine.graphs.serves(batch)
 
 
 @pytest.mark.gpu
