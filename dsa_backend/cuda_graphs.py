@@ -98,16 +98,17 @@ class DecodeGraphs:
                                  hidden=torch.zeros(tokens, c.hidden_size, dtype=model.model.embed_tokens.weight.dtype,
                                                     device=device),
                                  topk=torch.zeros(tokens, c.index_topk, dtype=torch.int32, device=device))
-        self.stream = torch.cuda.Stream(device)
-        self.pool = torch.cuda.graph_pool_handle()
+        self.stream = self.pool = None  # made by the first capture (the rest also runs on the CPU, for tests)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
 
     def serves(self, batch: ForwardBatch) -> bool:
         """A batch of this mode with n tokens in every request, in position order (no draft
-        trees: those take the eager path), within the buckets, for the captured backend."""
+        trees: those take the eager path), within the buckets and the static block table (pages
+        reserved for drafts may reach past the longest context), for the captured backend."""
         return (self.model.backend is self.backend and batch.mode is self.mode and batch.tree is None
-                and set(batch.extend_lens_cpu) == {self.n}
-                and batch.batch_size <= self.batch_buckets[-1] and batch.max_seq_len <= self.context_buckets[-1])
+                and set(batch.extend_lens_cpu) == {self.n} and batch.batch_size <= self.batch_buckets[-1]
+                and batch.max_seq_len <= self.context_buckets[-1]
+                and batch.block_table.shape[1] <= self.block_table.shape[1])
 
     def forward(self, batch: ForwardBatch) -> ForwardOutput:
         """The model's forward of `batch` by graph replay. The outputs are views of static
@@ -155,6 +156,8 @@ class DecodeGraphs:
 
     def _capture(self, requests: int, context: int) -> torch.cuda.CUDAGraph:
         start = time.perf_counter()
+        if self.stream is None:
+            self.stream, self.pool = torch.cuda.Stream(self.input_ids.device), torch.cuda.graph_pool_handle()
         batch = self._static_batch(requests, context)
         self.stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.stream):

@@ -6,7 +6,7 @@ import torch
 from dsa_backend import LLM, SamplingParams
 from dsa_backend.attention import TorchDsaBackend
 from dsa_backend.batch import ForwardBatch, ForwardMode
-from dsa_backend.cuda_graphs import MIN_CONTEXT_BUCKET, batch_buckets, context_buckets
+from dsa_backend.cuda_graphs import MIN_CONTEXT_BUCKET, DecodeGraphs, batch_buckets, context_buckets
 from dsa_backend.engine import Engine, EngineArgs
 
 
@@ -26,6 +26,73 @@ def test_every_context_runs_in_a_launch_at_most_twice_as_long_past_the_smallest_
     for length in range(1, max_context + 1, 97):
         bucket = next(b for b in buckets if b >= length)
         assert bucket <= max(2 * length, MIN_CONTEXT_BUCKET, buckets[0])
+
+
+PAGE, PAD_PAGE = 16, 31
+
+
+@pytest.fixture(scope="module")
+def cpu_model(checkpoint):
+    """The tiny model and a cache on the CPU: everything of DecodeGraphs but its captures runs there."""
+    from dsa_backend.cache import KVCache
+    from dsa_backend.models import load_model
+
+    model, info = load_model(checkpoint("deepseek_v32"), torch.float32)
+    return model, KVCache(model.config, 32, PAGE, dtype=torch.float32, mtp_has_indexer=info.mtp_has_indexer)
+
+
+def _graphs(cpu_model, n: int = 1) -> DecodeGraphs:
+    # a table of 16 pages, 256 slots
+    return DecodeGraphs(*cpu_model, max_batch=8, max_context=250, pad_page=PAD_PAGE, tokens_per_request=n)
+
+
+def _batch(n: int, requests: int, prefix: int = 20, mode: ForwardMode | None = None, **kwargs) -> ForwardBatch:
+    mode = mode or (ForwardMode.DECODE if n == 1 else ForwardMode.TARGET_VERIFY)
+    return ForwardBatch.build(mode, [[7 + r] * n for r in range(requests)], [prefix + r for r in range(requests)],
+                              [[2 * r, 2 * r + 1] for r in range(requests)], PAGE, all_logits=n > 1, **kwargs)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_a_batch_is_copied_in_and_the_requests_past_it_pad_the_held_page(cpu_model, n):
+    graphs = _graphs(cpu_model, n)
+    graphs._fill(_batch(n, 5), 8)
+    batch = _batch(n, 3)
+    graphs._fill(batch, 4)  # bucket 4: one padding request, where a real one was before
+    t = 3 * n
+    for static, made in ((graphs.input_ids, batch.input_ids), (graphs.positions, batch.positions),
+                         (graphs.out_cache_loc, batch.out_cache_loc)):
+        assert torch.equal(static[:t], made)
+    assert torch.equal(graphs.seq_lens[:3], batch.seq_lens) and torch.equal(graphs.block_table[:3, :2], batch.block_table)
+    pad = slice(t, t + n)
+    assert torch.equal(graphs.input_ids[pad], torch.zeros(n, dtype=torch.long))
+    assert torch.equal(graphs.positions[pad], torch.arange(n))
+    assert torch.equal(graphs.out_cache_loc[pad], PAD_PAGE * PAGE + torch.arange(n))
+    assert graphs.seq_lens[3] == n and graphs.block_table[3, 0] == PAD_PAGE
+
+
+def test_graphs_serve_only_the_batches_their_captures_replay(cpu_model):
+    from dsa_backend.attention import KernelDsaBackend
+    from dsa_backend.batch import TreeLayout
+
+    decode, verify = _graphs(cpu_model), _graphs(cpu_model, 3)
+    assert decode.serves(_batch(1, 8)) and verify.serves(_batch(3, 8))
+    assert not decode.serves(_batch(1, 9))                                   # past the largest batch bucket
+    long = ForwardBatch.build(ForwardMode.DECODE, [[1]], [250], [list(range(16))], PAGE)
+    assert not decode.serves(long)                                           # past the longest context
+    assert not decode.serves(_batch(3, 2)) and not verify.serves(_batch(1, 2))  # the other mode
+    assert not decode.serves(_batch(1, 2, mode=ForwardMode.EXTEND))
+    assert not verify.serves(_batch(3, 2, trees=[TreeLayout(((0,), (0, 1), (0, 2)))] * 2))  # a draft tree
+    uneven = ForwardBatch.build(ForwardMode.TARGET_VERIFY, [[1, 2, 3], [4, 5]], [20, 30], [[0, 1], [2, 3]], PAGE,
+                                all_logits=True)
+    assert not verify.serves(uneven)
+    wide = ForwardBatch.build(ForwardMode.DECODE, [[1]], [20], [list(range(17))], PAGE)  # 17 pages: drafts' reserve
+    assert not decode.serves(wide)
+    model = cpu_model[0]
+    model.backend = KernelDsaBackend()
+    try:
+        assert not decode.serves(_batch(1, 2))                               # not the captured backend
+    finally:
+        model.backend = None
 
 
 def _prefilled(engine: Engine, lengths: list[int]) -> list:
