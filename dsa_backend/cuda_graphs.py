@@ -165,8 +165,8 @@ class DecodeGraphs:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
             out = self.model(batch, self.cache)
-            for static, made in zip((self.out.logits, self.out.hidden, self.out.topk), (out.logits, out.hidden, out.topk)):
-                static[: batch.num_tokens].copy_(made)
+            for name in ("logits", "hidden", "topk"):
+                getattr(self.out, name)[: batch.num_tokens].copy_(getattr(out, name))
         torch.cuda.current_stream().wait_stream(self.stream)
         logger.info("captured a %s graph for %d requests, contexts up to %d, in %.2f s (%d graphs)", self.mode.name,
                     requests, context, time.perf_counter() - start, len(self.graphs) + 1)

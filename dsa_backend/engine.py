@@ -60,7 +60,7 @@ class EngineArgs:
     speculative_eagle_topk: int = 1
     speculative_num_draft_tokens: int | None = None
     warmup: bool = False                 # CUDA: compile the DSA kernels for every step shape at start (warmup.py)
-    cuda_graph: bool = True              # CUDA, bf16: decode (MTP chain: verify) steps replay captured graphs (cuda_graphs.py)
+    cuda_graph: bool = True              # CUDA, bf16: decode (MTP chain: verify) steps replay graphs (cuda_graphs.py)
 
     def resolved_device(self) -> torch.device:
         if self.device == "auto":

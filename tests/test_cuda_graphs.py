@@ -62,7 +62,8 @@ def test_a_batch_is_copied_in_and_the_requests_past_it_pad_the_held_page(cpu_mod
     for static, made in ((graphs.input_ids, batch.input_ids), (graphs.positions, batch.positions),
                          (graphs.out_cache_loc, batch.out_cache_loc)):
         assert torch.equal(static[:t], made)
-    assert torch.equal(graphs.seq_lens[:3], batch.seq_lens) and torch.equal(graphs.block_table[:3, :2], batch.block_table)
+    assert torch.equal(graphs.seq_lens[:3], batch.seq_lens)
+    assert torch.equal(graphs.block_table[:3, :2], batch.block_table)
     pad = slice(t, t + n)
     assert torch.equal(graphs.input_ids[pad], torch.zeros(n, dtype=torch.long))
     assert torch.equal(graphs.positions[pad], torch.arange(n))
@@ -203,7 +204,8 @@ def test_greedy_tokens_of_a_chain_with_verify_graphs_equal_the_eager_engines(che
                 speculative_algorithm="mtp", speculative_num_steps=2)
     prompts = [list(range(300, 340)), list(range(1000, 1900, 3))]
     params = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
-    eager = [out.token_ids for out in LLM(checkpoint("deepseek_v32"), cuda_graph=False, **args).generate(prompts, params)]
+    eager_llm = LLM(checkpoint("deepseek_v32"), cuda_graph=False, **args)
+    eager = [out.token_ids for out in eager_llm.generate(prompts, params)]
     llm = LLM(checkpoint("deepseek_v32"), **args)
     assert llm.engine.graphs.mode is ForwardMode.TARGET_VERIFY and llm.engine.graphs.n == 3
     replayed = []
