@@ -163,7 +163,8 @@ class DecodeGraphs:
         with torch.cuda.stream(self.stream):
             self.model(batch, self.cache)  # eager first, on the capture stream (module docstring)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+        # thread_local: in a server the engine thread captures while other threads may touch CUDA
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
             out = self.model(batch, self.cache)
             for name in ("logits", "hidden", "topk"):
                 getattr(self.out, name)[: batch.num_tokens].copy_(getattr(out, name))
