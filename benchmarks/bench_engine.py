@@ -104,10 +104,9 @@ def main() -> None:
     tags = a.backends.split(",")
     if "graph" in tags and engine.graphs is None:
         ap.error("--backends graph needs CUDA graphs, which are off on the CPU and with --batch-invariant")
-    # None: the model's own choice (the kernel backend on CUDA), the one the graphs capture
-    backends = {"graph": (None, engine.graphs), "kernel": (None, None), "torch": (TorchDsaBackend(), None)}
-    if a.device != "cuda":
-        backends["kernel"] = (KernelDsaBackend(), None)
+    # graph: the model's own backend (None: the kernel backend on CUDA), the one its graphs captured
+    backends = {"graph": (None, engine.graphs), "kernel": (KernelDsaBackend(), None),
+                "torch": (TorchDsaBackend(), None)}
     runs = [dict(decode_throughput(engine, backends[tag][0], backends[tag][1], a.batch, a.prompt_len, a.steps,
                                    a.warmup, tag), round=r)
             for r in range(a.rounds) for tag in tags]
