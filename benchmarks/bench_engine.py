@@ -2,14 +2,16 @@
 eagerly (kernel), and the reference (torch) DSA backend.
 
     python3 benchmarks/bench_engine.py --model /tmp/v32 [--batch 32] [--prompt-len 2304] [--steps 32] [--rounds 3]
-        [--backends graph,kernel,torch] [--speculative-num-steps 2]
+        [--backends graph,kernel,torch] [--speculative-num-steps 2] [--fp8-weights keep,dequantize]
 
 All serve the same requests on one Engine (loaded once); only decode steps (every
 request past its prefill) are timed, each on its own too (steps_ms, median_step_ms: a compile or a
 slow host shows as one step). The step is host-bound and moved by up to 1.5x between processes on
 one machine, so --rounds alternates the backends in this one process, and the summary takes each
 backend's median over its rounds, and the ratio of each backend's tokens/s to the next one's in
-the list (graph_over_kernel, kernel_over_torch). A graph run captures its buckets during its
+the list (graph_over_kernel, kernel_over_torch). --fp8-weights with several settings loads one
+engine a setting (an FP8 checkpoint's weights kept in e4m3, or dequantized) and runs each backend
+on each, tagged `<backend>-<setting>` (graph-keep_over_graph-dequantize). A graph run captures its buckets during its
 prefill and warm-up steps, which are not timed. Prints one JSON line; --json writes it to a file too.
 """
 
@@ -91,28 +93,37 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="alternate the backends this many times in this process")
     ap.add_argument("--speculative-num-steps", type=int, default=0,
                     help="> 0: MTP chain drafting, this many drafts a step (graphs then serve the verify steps)")
+    ap.add_argument("--fp8-weights", default="auto", help="comma list of EngineArgs.fp8_weights: an engine each")
     ap.add_argument("--json")
     a = ap.parse_args()
     pages = a.batch * (-(-(a.prompt_len + _MAX_TOKENS + a.speculative_num_steps + 1) // 64)) + 8
-    t = time.perf_counter()
-    engine = Engine(EngineArgs(model=a.model, device=a.device, kv_cache_dtype=a.kv_cache_dtype, num_kv_pages=pages,
-                               max_running_requests=a.batch, max_num_batched_tokens=8192,
-                               batch_invariant=a.batch_invariant,
-                               **(dict(speculative_algorithm="mtp", speculative_num_steps=a.speculative_num_steps)
-                                  if a.speculative_num_steps else {})))
-    print(f"engine loaded in {time.perf_counter() - t:.1f} s", flush=True)
-    tags = a.backends.split(",")
-    if "graph" in tags and engine.graphs is None:
+    settings = a.fp8_weights.split(",")
+    engines = {}
+    for setting in settings:
+        t = time.perf_counter()
+        engines[setting] = Engine(EngineArgs(
+            model=a.model, device=a.device, kv_cache_dtype=a.kv_cache_dtype, num_kv_pages=pages,
+            max_running_requests=a.batch, max_num_batched_tokens=8192, batch_invariant=a.batch_invariant,
+            fp8_weights=setting, **(dict(speculative_algorithm="mtp", speculative_num_steps=a.speculative_num_steps)
+                                    if a.speculative_num_steps else {})))
+        print(f"engine (fp8_weights={setting}) loaded in {time.perf_counter() - t:.1f} s", flush=True)
+    backend_tags = a.backends.split(",")
+    if "graph" in backend_tags and any(e.graphs is None for e in engines.values()):
         ap.error("--backends graph needs CUDA graphs, which are off on the CPU and with --batch-invariant")
-    # graph: the model's own backend (None: the kernel backend on CUDA), the one its graphs captured
-    backends = {"graph": (None, engine.graphs), "kernel": (KernelDsaBackend(), None),
-                "torch": (TorchDsaBackend(), None)}
-    runs = [dict(decode_throughput(engine, backends[tag][0], backends[tag][1], a.batch, a.prompt_len, a.steps,
-                                   a.warmup, tag), round=r)
+    runners = {}  # tag -> (engine, DSA backend, graphs)
+    for setting, engine in engines.items():
+        # graph: the model's own backend (None: the kernel backend on CUDA), the one its graphs captured
+        backends = {"graph": (None, engine.graphs), "kernel": (KernelDsaBackend(), None),
+                    "torch": (TorchDsaBackend(), None)}
+        for tag in backend_tags:
+            runners[tag if len(settings) == 1 else f"{tag}-{setting}"] = (engine, *backends[tag])
+    tags = list(runners)
+    runs = [dict(decode_throughput(*runners[tag], a.batch, a.prompt_len, a.steps, a.warmup, tag), round=r)
             for r in range(a.rounds) for tag in tags]
     result = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name() if a.device == "cuda" else a.device,
                   libraries=dsa_kernels.available_backends(a.device), model=a.model, batch=a.batch, prompt_len=a.prompt_len, kv_cache_dtype=a.kv_cache_dtype,
-                  batch_invariant=a.batch_invariant, speculative_num_steps=a.speculative_num_steps, runs=runs)
+                  batch_invariant=a.batch_invariant, speculative_num_steps=a.speculative_num_steps,
+                  fp8_weights=settings, runs=runs)
     by = {tag: {key: statistics.median(r[key] for r in runs if r["backend"] == tag)
                 for key in ("tokens_per_s", "median_step_ms")} for tag in tags}
     result["median_over_rounds"] = by

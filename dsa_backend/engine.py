@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Without a GPU there is no memory to size the pools from; this many pages is ample for tests.
 _CPU_DEFAULT_PAGES = 256
+FP8_WEIGHT_CHOICES = ("auto", "keep", "dequantize")
 
 
 @dataclass(frozen=True)
@@ -61,11 +62,22 @@ class EngineArgs:
     speculative_num_draft_tokens: int | None = None
     warmup: bool = False                 # CUDA: compile the DSA kernels for every step shape at start (warmup.py)
     cuda_graph: bool = True              # CUDA, bf16: decode (MTP chain: verify) steps replay graphs (cuda_graphs.py)
+    fp8_weights: str = "auto"            # FP8 checkpoints: keep (e4m3 GEMMs) / dequantize; auto: keep on CUDA >= sm89
 
     def resolved_device(self) -> torch.device:
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)
+
+    def keeps_fp8_weights(self, device: torch.device) -> bool:
+        """Whether an FP8 checkpoint's weights stay e4m3: "auto" keeps them where our FP8 GEMMs
+        compile (CUDA, compute capability 8.9 and up); elsewhere they would run on the reference,
+        which dequantizes every call."""
+        if self.fp8_weights not in FP8_WEIGHT_CHOICES:
+            raise ValueError(f"fp8_weights must be one of {', '.join(FP8_WEIGHT_CHOICES)}; got {self.fp8_weights!r}")
+        if self.fp8_weights == "auto":
+            return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
+        return self.fp8_weights == "keep"
 
     def resolved_dtype(self, device: torch.device) -> torch.dtype:
         if self.dtype == "auto":
@@ -103,7 +115,8 @@ class Engine:
         self.config = ModelConfig.from_pretrained(args.model)
         if args.batch_invariant:
             enable_batch_invariant_mode(self.device)
-        self.model, info = load_model(args.model, self.dtype, self.device, self.config)
+        self.model, info = load_model(args.model, self.dtype, self.device, self.config,
+                                      keep_fp8=args.keeps_fp8_weights(self.device))
         self.max_model_len = args.max_model_len or self.config.max_position_embeddings
         self.spec = self._spec_config(args, info.mtp_has_indexer)
         self.num_kv_pages = args.num_kv_pages or self._pages_from_memory()

@@ -2,8 +2,9 @@
 
 Checkpoint names follow the Hugging Face releases (per-expert tensors, the MTP layer at index
 num_hidden_layers); the model stacks experts ([E, 2I, H] gate+up, [E, H, I] down) and keeps the
-MTP layer under `mtp.{j}`. FP8 block weights are dequantized with weight_scale_inv at load.
-Every missing, unexpected or mis-shaped tensor is an error that names it.
+MTP layer under `mtp.{j}`. FP8 block weights are either kept in e4m3 with their weight_scale_inv
+beside them (`keep_fp8`, for dsa_backend/models/fp8_linear.py) or dequantized at load. Every
+missing, unexpected or mis-shaped tensor is an error that names it.
 """
 
 from __future__ import annotations
@@ -148,9 +149,16 @@ class SafetensorsCheckpoint:
 _EXPERT = re.compile(r"(.*\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$")
 
 
-def load_weights(model_dir: str | Path, config: ModelConfig,
-                 dtype: torch.dtype) -> tuple[dict[str, torch.Tensor], CheckpointInfo]:
-    """Read, validate and convert a checkpoint to the model's state-dict names and `dtype`."""
+# Weights an FP8 checkpoint keeps quantized that the model still dequantizes when it keeps the
+# rest in e4m3: kv_b_proj is folded into the query and the output per head (mla.py), not applied
+# as a linear layer.
+_DEQUANTIZED_ALWAYS = (".kv_b_proj.weight",)
+
+
+def load_weights(model_dir: str | Path, config: ModelConfig, dtype: torch.dtype,
+                 keep_fp8: bool = False) -> tuple[dict[str, torch.Tensor], CheckpointInfo]:
+    """Read, validate and convert a checkpoint to the model's state-dict names and `dtype`; with
+    keep_fp8 the FP8 block weights stay e4m3, each with its `<name>_scale_inv` (float32) beside it."""
     ckpt = SafetensorsCheckpoint(model_dir)
     names = ckpt.names()
     info = CheckpointInfo(mtp_has_indexer=_mtp_has_indexer(config, names))
@@ -161,22 +169,28 @@ def load_weights(model_dir: str | Path, config: ModelConfig,
     _check_names(config, expected, names - {n + "_scale_inv" for n in quantized})
 
     state: dict[str, torch.Tensor] = {}
-    experts: dict[str, dict[tuple[int, str], torch.Tensor]] = {}
+    experts: dict[str, dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor | None]]] = {}
     for name, shape in expected.items():
-        tensor = ckpt.get(name)
+        tensor, scale = ckpt.get(name), None
         if tuple(tensor.shape) != shape:
             raise WeightError(f"{name} has shape {tuple(tensor.shape)}, expected {shape}")
         if name in quantized:
-            tensor = dequantize_fp8_block(tensor, ckpt.get(name + "_scale_inv"), config.quantization.block)
+            scale = _checked_scale(name, tensor, ckpt.get(name + "_scale_inv"), config.quantization.block)
+            if not keep_fp8 or name.endswith(_DEQUANTIZED_ALWAYS):
+                tensor, scale = dequantize_fp8_block(tensor, scale, config.quantization.block), None
         elif tensor.dtype == torch.float8_e4m3fn:
             raise WeightError(f"{name} is float8 but has no {name}_scale_inv")
-        keep_fp32 = name.endswith(("e_score_correction_bias", "weights_proj.weight"))  # fp32 in releases
-        tensor = tensor.to(torch.float32 if keep_fp32 else dtype)
+        if scale is None:
+            keep_fp32 = name.endswith(("e_score_correction_bias", "weights_proj.weight"))  # fp32 in releases
+            tensor = tensor.to(torch.float32 if keep_fp32 else dtype)
         match = _EXPERT.match(name)
         if match:
-            experts.setdefault(_model_name(match.group(1), config), {})[(int(match.group(2)), match.group(3))] = tensor
+            experts.setdefault(_model_name(match.group(1), config), {})[(int(match.group(2)), match.group(3))] = \
+                (tensor, scale)
         else:
             state[_model_name(name, config)] = tensor
+            if scale is not None:
+                state[_model_name(name, config) + "_scale_inv"] = scale
     for j in range(config.num_nextn_predict_layers):
         # Releases repeat the embedding and head in the MTP layer; the model shares the main ones.
         p = f"model.layers.{config.num_hidden_layers + j}."
@@ -185,10 +199,42 @@ def load_weights(model_dir: str | Path, config: ModelConfig,
                 raise WeightError(f"{name} has shape {tuple(ckpt.get(name).shape)}, "
                                   f"expected {(config.vocab_size, config.hidden_size)}")
     for prefix, parts in experts.items():
-        n = config.n_routed_experts
-        state[prefix + ".w13"] = torch.stack([torch.cat([parts[(e, "gate")], parts[(e, "up")]]) for e in range(n)])
-        state[prefix + ".w2"] = torch.stack([parts[(e, "down")] for e in range(n)])
+        state.update(_stacked_experts(prefix, parts, config, dtype))
     return state, info
+
+
+def _checked_scale(name: str, w: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+    expected = tuple(-(-n // b) for n, b in zip(w.shape, block))
+    if tuple(scale_inv.shape) != expected:
+        raise WeightError(f"{name}_scale_inv has shape {tuple(scale_inv.shape)}, expected {expected}")
+    return scale_inv.float()
+
+
+def _stacked_experts(prefix: str, parts: dict, config: ModelConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """One layer's per-expert tensors as w13 [E, 2I, H] (gate then up) and w2 [E, H, I], in e4m3
+    with their scales where every part came so, else in dtype. The stacked scales keep the
+    checkpoints' 128-row blocks where gate ends on one (I a multiple of 128, as in the releases);
+    otherwise each row gets its own copy of its block's scale (dsa_kernels.fp8_grouped_linear)."""
+    n, block = config.n_routed_experts, config.quantization.block if config.quantization else None
+    if any(scale is None for _, scale in parts.values()):
+        parts = {key: (tensor if scale is None else dequantize_fp8_block(tensor, scale, block).to(dtype), None)
+                 for key, (tensor, scale) in parts.items()}
+    w13 = torch.stack([torch.cat([parts[(e, "gate")][0], parts[(e, "up")][0]]) for e in range(n)])
+    state = {prefix + ".w13": w13, prefix + ".w2": torch.stack([parts[(e, "down")][0] for e in range(n)])}
+    if parts[(0, "down")][1] is None:
+        return state
+    rows = config.moe_intermediate_size
+    per_row = rows % block[0] != 0
+
+    def gate_up_scales(e: int) -> torch.Tensor:
+        gate, up = parts[(e, "gate")][1], parts[(e, "up")][1]
+        if per_row:
+            gate, up = (s.repeat_interleave(block[0], 0)[:rows] for s in (gate, up))
+        return torch.cat([gate, up])
+
+    state[prefix + ".w13_scale_inv"] = torch.stack([gate_up_scales(e) for e in range(n)])
+    state[prefix + ".w2_scale_inv"] = torch.stack([parts[(e, "down")][1] for e in range(n)])
+    return state
 
 
 def _mtp_has_indexer(config: ModelConfig, names: set[str]) -> bool:

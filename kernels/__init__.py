@@ -4,7 +4,10 @@ here; `dsa_kernels.reference` holds the oracles and the score/top-k conventions.
 
 from .dispatch import (
     available_backends,
+    fp8_grouped_linear,
+    fp8_linear,
     paged_indexer_logits,
+    quantize_act,
     ragged_indexer_logits,
     sparse_mla_decode,
     sparse_mla_prefill,
@@ -15,7 +18,10 @@ from .dispatch import (
 
 __all__ = [
     "available_backends",
+    "fp8_grouped_linear",
+    "fp8_linear",
     "paged_indexer_logits",
+    "quantize_act",
     "ragged_indexer_logits",
     "sparse_mla_decode",
     "sparse_mla_prefill",

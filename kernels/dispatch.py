@@ -396,3 +396,35 @@ def sparse_mla_prefill(q, kv, indices, sm_scale: float, *, backend: str = "auto"
     from .sparse_mla import sparse_mla
 
     return sparse_mla(q, kv, indices, sm_scale)
+
+
+# ---------------------------------------------------------------- block-scaled FP8 GEMMs
+
+
+def quantize_act(x, *, backend: str = "auto"):
+    """x [M, K] -> (e4m3 [M, K], float32 scales [M, ceil(K/128)]), 1 x 128 groups along K."""
+    if _choose(x, backend, None, fp8=True) == "reference":
+        return ref.quantize_act_ref(x)
+    from .fp8_gemm import quantize_act as triton_quantize
+
+    return triton_quantize(x)
+
+
+def fp8_linear(a, a_scale, w, w_scale, out_dtype=torch.bfloat16, *, backend: str = "auto"):
+    """a [M, K] e4m3 (a_scale [M, K/128]) times w [N, K] e4m3 (w_scale [N/128, K/128], or [N, K/128]
+    per row) transposed -> [M, N] in out_dtype: a linear layer of an FP8 checkpoint."""
+    if _choose(a, backend, None, fp8=True) == "reference":
+        return ref.fp8_linear_ref(a, a_scale, w, w_scale).to(out_dtype)
+    from .fp8_gemm import fp8_linear as triton_linear
+
+    return triton_linear(a, a_scale, w, w_scale, out_dtype)
+
+
+def fp8_grouped_linear(a, a_scale, w, w_scale, ends, out_dtype=torch.bfloat16, *, backend: str = "auto"):
+    """Rows of a [P, K] e4m3 in runs by group (group g's rows end at ends[g], int32) times w[g]
+    ([G, N, K] e4m3, w_scale [G, N/128 or N, K/128]) transposed -> [P, N]: routed experts."""
+    if _choose(a, backend, None, fp8=True) == "reference":
+        return ref.fp8_grouped_linear_ref(a, a_scale, w, w_scale, ends).to(out_dtype)
+    from .fp8_gemm import fp8_grouped_linear as triton_grouped
+
+    return triton_grouped(a, a_scale, w, w_scale, ends, out_dtype)

@@ -25,6 +25,7 @@ from dsa_backend.cache.layout import (
     MLA_FP8_BYTES,
     ROPE_DIM,
     pack_mla_fp8,
+    quantize_fp8_rows,
     quantize_index_keys,
     unpack_mla_fp8,
 )
@@ -278,3 +279,43 @@ __all__ = [
     "sparse_mla_ref",
     "default_sm_scale",
 ]
+
+
+# ---------------------------------------------------------------- block-scaled FP8 GEMMs
+
+FP8_BLOCK = 128  # the checkpoints' quantization block (weights 128 x 128, activations 1 x 128)
+
+
+def quantize_act_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] -> (e4m3 [M, K], float32 scales [M, ceil(K/128)]): 1 x 128 groups along K, the
+    last one zero-padded (padding changes no group's amax)."""
+    m, k = x.shape
+    padded = torch.nn.functional.pad(x.float(), (0, -k % FP8_BLOCK))
+    values, scale = quantize_fp8_rows(padded, FP8_BLOCK)
+    return values[:, :k].contiguous(), scale
+
+
+def dequantize_weight_ref(w: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+    """w [..., N, K] e4m3 with w_scale [..., N/128 or N, K/128] (blocks, or per-row scales) -> float32."""
+    n, k = w.shape[-2:]
+    rows = 1 if w_scale.shape[-2] == n and n > 1 else FP8_BLOCK
+    scale = w_scale.float().repeat_interleave(rows, -2)[..., :n, :].repeat_interleave(FP8_BLOCK, -1)[..., :k]
+    return w.float() * scale
+
+
+def fp8_linear_ref(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+    """The block-scaled GEMM on dequantized operands, float32 [M, N] (kernels/fp8_gemm.py)."""
+    a_full = a.float() * a_scale.repeat_interleave(FP8_BLOCK, -1)[:, : a.shape[1]]
+    return a_full @ dequantize_weight_ref(w, w_scale).T
+
+
+def fp8_grouped_linear_ref(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
+                           ends: torch.Tensor) -> torch.Tensor:
+    """Rows of a in runs by group (group g's end at ends[g]) against w[g], float32 [P, N]."""
+    out = torch.zeros(a.shape[0], w.shape[1], dtype=torch.float32, device=a.device)
+    start = 0
+    for g, end in enumerate(ends.tolist()):
+        if end > start:
+            out[start:end] = fp8_linear_ref(a[start:end], a_scale[start:end], w[g], w_scale[g])
+        start = end
+    return out

@@ -51,3 +51,16 @@ def test_the_engine_benchmark_alternates_backends_in_rounds_on_the_cpu(tmp_path,
         steps = sorted(r["median_step_ms"] for r in res["runs"] if r["backend"] == tag)
         assert res["median_over_rounds"][tag]["median_step_ms"] == (steps[0] + steps[1]) / 2
     assert res["kernel_over_torch"] > 0
+
+
+def test_the_engine_benchmark_runs_an_engine_a_fp8_weights_setting(tmp_path, checkpoint):
+    script = SCRIPT.parent / "bench_engine.py"
+    out = tmp_path / "engine.json"
+    run = subprocess.run([sys.executable, str(script), "--model", str(checkpoint("deepseek_v32_fp8")), "--device",
+                          "cpu", "--batch", "2", "--prompt-len", "40", "--steps", "2", "--backends", "kernel",
+                          "--fp8-weights", "keep,dequantize", "--kv-cache-dtype", "auto", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert [r["backend"] for r in res["runs"]] == ["kernel-keep", "kernel-dequantize"]
+    assert res["kernel-keep_over_kernel-dequantize"] > 0

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from dsa_backend.config import ModelConfig
+from dsa_backend.models.fp8_linear import expect_fp8_weights
 from dsa_backend.models.model import DsaForCausalLM, ForwardOutput
 from dsa_backend.weights import CheckpointInfo, load_weights
 
@@ -14,12 +15,14 @@ __all__ = ["DsaForCausalLM", "ForwardOutput", "load_model"]
 
 
 def load_model(model_dir: str | Path, dtype: torch.dtype, device: torch.device | str = "cpu",
-               config: ModelConfig | None = None) -> tuple[DsaForCausalLM, CheckpointInfo]:
-    """Build the model from a checkpoint directory, weights validated and converted to `dtype`."""
+               config: ModelConfig | None = None, keep_fp8: bool = False) -> tuple[DsaForCausalLM, CheckpointInfo]:
+    """Build the model from a checkpoint directory, weights validated and converted to `dtype`;
+    keep_fp8: an FP8 checkpoint's block weights stay e4m3 (models/fp8_linear.py)."""
     config = config or ModelConfig.from_pretrained(model_dir)
-    state, info = load_weights(model_dir, config, dtype)
+    state, info = load_weights(model_dir, config, dtype, keep_fp8)
     with torch.device("meta"):
         model = DsaForCausalLM(config, info.mtp_has_indexer)
+    expect_fp8_weights(model, state)
     model.load_state_dict(state, strict=True, assign=True)
     # Inference everywhere but in tools/train_mtp, which turns gradients back on for the MTP layer.
     return model.to(device).eval().requires_grad_(False), info

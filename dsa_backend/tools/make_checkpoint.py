@@ -140,7 +140,7 @@ def is_quantized_weight(name: str) -> bool:
     """The linear weights that FP8 releases store in e4m3 (not norms, router, embeddings, head)."""
     if not name.endswith(".weight") or name.endswith("weights_proj.weight"):
         return False
-    return name.endswith(("_proj.weight", "wq_b.weight", "wk.weight", "eh_proj.weight"))
+    return name.endswith(("_proj.weight", "kv_a_proj_with_mqa.weight", "wq_b.weight", "wk.weight"))
 
 
 def _save_sharded(tensors: dict[str, torch.Tensor], out: Path) -> None:

@@ -1,0 +1,173 @@
+"""FP8 weights kept in e4m3: our block-scaled GEMMs (kernels/fp8_gemm.py) at DeepSeek-V3.2's linear
+shapes and for its routed experts, against DeepGEMM's fp8_gemm_nt, torch's bf16 GEMMs of the same
+weights, and the HBM roofline of the e4m3 weights, all measured in this run.
+
+    python3 benchmarks/bench_fp8_gemm.py [--rows 1,4,32,128,1024,4096] [--tokens 1,4,32,128,512]
+        [--experts 256] [--only dense|experts] [--json out.json]
+
+CUDA-graph times (benchmarks/graph_timing.py). A model reads each layer's weights once a step, from
+HBM: the dense calls here cycle through enough copies of the weights (256 MiB of e4m3) that none is
+still in L2 when its turn comes again. Columns, microseconds a call:
+- ours: the Fp8Linear forward, activation quantization included (what the engine runs);
+- ours_gemm / deepgemm: the GEMM alone on the same quantized activations;
+- bf16: F.linear on the bf16 weights (what dequantized weights cost);
+- roofline: the e4m3 weights and scales read once at the copy bandwidth measured here.
+The experts rows time one MoE layer's routed experts (dsa_backend/models/moe.py's Experts, 8 a
+token, random routing) with e4m3 and with bf16 weights; their roofline is the distinct experts'
+e4m3 weights. Prints one JSON line a row, then the whole result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import types
+
+import torch
+import torch.nn.functional as F
+
+import dsa_kernels
+from bench_moe import copy_bandwidth
+from dsa_backend.models.moe import Experts
+from dsa_kernels import reference
+from dsa_kernels.fp8_gemm import fp8_linear, quantize_act
+from graph_timing import graph_ms
+
+HIDDEN, INTERMEDIATE, TOP_K = 7168, 2048, 8
+# DeepSeek-V3.2's linear layers (out, in), 128 heads: q_a, kv_a (with the rope part), q_b, o_proj,
+# the indexer's wq_b and wk, a shared expert's gate (= up) and down, the dense layers' gate and down
+DENSE = {"q_a_proj": (1536, 7168), "kv_a_proj_with_mqa": (576, 7168), "q_b_proj": (24576, 1536),
+         "o_proj": (7168, 16384), "indexer.wq_b": (8192, 1536), "indexer.wk": (128, 7168),
+         "shared.gate_proj": (2048, 7168), "shared.down_proj": (7168, 2048),
+         "dense.gate_proj": (18432, 7168), "dense.down_proj": (7168, 18432)}
+ROTATION_BYTES = 256 << 20
+
+
+def _random_fp8(n: int, k: int, copies: int):
+    w = [(torch.randn(n, k, device="cuda") * 0.05).to(torch.float8_e4m3fn) for _ in range(copies)]
+    s = [torch.rand(-(-n // 128), -(-k // 128), device="cuda") * 1e-3 + 1e-4 for _ in range(copies)]
+    return w, s
+
+
+def _cycling(fn, copies: int):
+    """fn(i) over the copies in turn: each graph call records the next one."""
+    turn = [0]
+
+    def call():
+        fn(turn[0] % copies)
+        turn[0] += 1
+
+    return call
+
+
+def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return round(((got.float() - want).norm() / want.norm()).item(), 5)
+
+
+def _deepgemm():
+    try:
+        import deep_gemm
+
+        return deep_gemm
+    except Exception as exc:  # noqa: BLE001 - absent or broken: the column says why
+        print(f"deep_gemm unavailable: {exc}", flush=True)
+        return None
+
+
+def dense_rows(rows: list[int], bandwidth: float) -> list[dict]:
+    dg, out = _deepgemm(), []
+    for name, (n, k) in DENSE.items():
+        copies = max(1, -(-ROTATION_BYTES // (n * k)))
+        w, s = _random_fp8(n, k, copies)
+        w16 = [reference.dequantize_weight_ref(wi, si).bfloat16() for wi, si in zip(w, s)]
+        weight_bytes = n * k + s[0].numel() * 4
+        for m in rows:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            a, a_scale = quantize_act(x)
+            want = reference.fp8_linear_ref(a, a_scale, w[0], s[0])
+            row = dict(section="dense", layer=name, n=n, k=k, m=m,
+                       roofline_us=round(weight_bytes / bandwidth / 1e3, 2),
+                       ours_error=_relative_error(fp8_linear(a, a_scale, w[0], s[0]), want))
+            fns = {"ours": _cycling(lambda i: fp8_linear(*quantize_act(x), w[i], s[i]), copies),
+                   "ours_gemm": _cycling(lambda i: fp8_linear(a, a_scale, w[i], s[i]), copies),
+                   "bf16": _cycling(lambda i: F.linear(x, w16[i]), copies)}
+            if dg is not None:
+                d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+                try:
+                    dg.fp8_gemm_nt((a, a_scale), (w[0], s[0]), d)
+                    row["deepgemm_error"] = _relative_error(d, want)
+                    fns["deepgemm"] = _cycling(lambda i: dg.fp8_gemm_nt((a, a_scale), (w[i], s[i]), d), copies)
+                except Exception as exc:  # noqa: BLE001 - a refused shape is a result too
+                    row["deepgemm_refused"] = str(exc)[:200]
+            for col, fn in fns.items():
+                row[f"{col}_us"] = round(graph_ms(fn, rep_ms=10, replays=5) * 1e3, 2)
+            row["ours_over_bf16"] = round(row["bf16_us"] / row["ours_us"], 3)
+            row["roofline_over_ours"] = round(row["roofline_us"] / row["ours_us"], 3)
+            if "deepgemm_us" in row:
+                row["ours_gemm_over_deepgemm"] = round(row["deepgemm_us"] / row["ours_gemm_us"], 3)
+            row["ours_gemm_tflops"] = round(2 * m * n * k / row["ours_gemm_us"] / 1e6, 1)
+            print(json.dumps(row), flush=True)
+            out.append(row)
+    return out
+
+
+def experts_rows(tokens_list: list[int], experts: int, bandwidth: float) -> list[dict]:
+    c = types.SimpleNamespace(n_routed_experts=experts, moe_intermediate_size=INTERMEDIATE, hidden_size=HIDDEN)
+    with torch.device("meta"):
+        fp8, bf16 = Experts(c), Experts(c)
+    for name, (n, k) in {"w13": (2 * INTERMEDIATE, HIDDEN), "w2": (HIDDEN, INTERMEDIATE)}.items():
+        # an expert at a time: the whole stack in float32 would not fit beside the rest
+        w = torch.empty(experts, n, k, device="cuda", dtype=torch.float8_e4m3fn)
+        scale = torch.rand(experts, -(-n // 128), -(-k // 128), device="cuda") * 1e-3 + 1e-4
+        w16 = torch.empty(experts, n, k, device="cuda", dtype=torch.bfloat16)
+        for e in range(experts):
+            w[e] = (torch.randn(n, k, device="cuda") * 0.05).to(torch.float8_e4m3fn)
+            w16[e] = reference.dequantize_weight_ref(w[e], scale[e]).bfloat16()
+        setattr(fp8, name, torch.nn.Parameter(w, requires_grad=False))
+        fp8.register_parameter(name + "_scale_inv", torch.nn.Parameter(scale, requires_grad=False))
+        setattr(bf16, name, torch.nn.Parameter(w16, requires_grad=False))
+    expert_bytes = 3 * HIDDEN * INTERMEDIATE
+    out = []
+    for tokens in tokens_list:
+        g = torch.Generator(device="cuda").manual_seed(tokens)
+        ids = torch.rand(tokens, experts, generator=g, device="cuda").topk(TOP_K, dim=-1)[1]
+        weights = torch.rand(tokens, TOP_K, generator=g, device="cuda")
+        x = torch.randn(tokens, HIDDEN, generator=g, device="cuda").bfloat16()
+        active = ids.unique().numel()
+        row = dict(section="experts", experts=experts, tokens=tokens, active_experts=active,
+                   roofline_us=round(active * expert_bytes / bandwidth / 1e3, 2),
+                   error_against_bf16=_relative_error(fp8(x, ids, weights), bf16(x, ids, weights).float()),
+                   ours_us=round(graph_ms(lambda: fp8(x, ids, weights)) * 1e3, 2),
+                   bf16_us=round(graph_ms(lambda: bf16(x, ids, weights)) * 1e3, 2))
+        row["ours_over_bf16"] = round(row["bf16_us"] / row["ours_us"], 3)
+        row["roofline_over_ours"] = round(row["roofline_us"] / row["ours_us"], 3)
+        print(json.dumps(row), flush=True)
+        out.append(row)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", default="1,4,32,128,1024,4096")
+    ap.add_argument("--tokens", default="1,4,32,128,512")
+    ap.add_argument("--experts", type=int, default=256)
+    ap.add_argument("--only", choices=["dense", "experts"])
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    bandwidth = copy_bandwidth()
+    rows = []
+    if a.only in (None, "dense"):
+        rows += dense_rows([int(m) for m in a.rows.split(",")], bandwidth)
+    if a.only in (None, "experts"):
+        rows += experts_rows([int(t) for t in a.tokens.split(",")], a.experts, bandwidth)
+    result = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                  libraries=dsa_kernels.available_backends("cuda"), copy_gb_s=round(bandwidth), rows=rows)
+    print(json.dumps(result))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""Block-scaled FP8 GEMMs (kernels/fp8_gemm.py) against their references (kernels/reference.py)."""
+
+import pytest
+import torch
+
+import dsa_kernels
+from dsa_backend.weights import quantize_fp8_block
+from dsa_kernels import fp8_gemm, reference
+
+
+def _weight(n: int, k: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    w, scale = quantize_fp8_block(torch.randn(n, k) * 0.05, (128, 128))
+    return w.to(device), scale.to(device)
+
+
+def _experts(groups: int, n: int, k: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    parts = [_weight(n, k, device) for _ in range(groups)]
+    return torch.stack([w for w, _ in parts]), torch.stack([s for _, s in parts])
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8)
+
+
+@pytest.mark.parametrize("m, k", [(1, 128), (5, 200), (19, 64), (40, 384), (0, 128)])
+def test_activation_quantization_is_bit_exact(m, k):
+    x = torch.randn(m, k) * 3
+    x[:, :3] = 0.0  # a group's zeros and, for k <= 128, whole-zero groups below
+    if m > 2:
+        x[2] = 0.0
+    values, scales = fp8_gemm.quantize_act(x)
+    want_values, want_scales = reference.quantize_act_ref(x)
+    assert torch.equal(_bits(values), _bits(want_values))
+    assert torch.equal(scales, want_scales)
+
+
+def test_activation_scales_cover_a_ragged_last_group():
+    x = torch.randn(3, 200)
+    _, scales = fp8_gemm.quantize_act(x)
+    assert scales.shape == (3, 2)
+    torch.testing.assert_close(scales[:, 1], x[:, 128:].abs().amax(1) / 448.0)
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 64, 128), (3, 130, 200), (33, 256, 256), (70, 96, 384)])
+def test_linear_matches_reference(m, n, k):
+    a, a_scale = reference.quantize_act_ref(torch.randn(m, k))
+    w, w_scale = _weight(n, k)
+    got = fp8_gemm.fp8_linear(a, a_scale, w, w_scale, torch.float32)
+    torch.testing.assert_close(got, reference.fp8_linear_ref(a, a_scale, w, w_scale), rtol=1e-5, atol=1e-5)
+
+
+def test_a_narrow_linear_splits_k_and_sums_the_splits():
+    # one output tile over 8 K blocks on the interpreter's 4 "SMs": two splits
+    assert fp8_gemm._split_k(1, 8, 4) == 2
+    a, a_scale = reference.quantize_act_ref(torch.randn(2, 1024))
+    w, w_scale = _weight(64, 1024)
+    got = fp8_gemm.fp8_linear(a, a_scale, w, w_scale, torch.float32)
+    torch.testing.assert_close(got, reference.fp8_linear_ref(a, a_scale, w, w_scale), rtol=1e-5, atol=1e-5)
+
+
+def test_split_k_leaves_full_grids_alone_and_keeps_four_blocks_a_split():
+    assert fp8_gemm._split_k(132, 56, 132) == 1
+    assert fp8_gemm._split_k(12, 56, 132) == 14  # 7168 / 128 blocks over 14 splits: 4 each
+    assert fp8_gemm._split_k(12, 4, 132) == 1
+
+
+def test_linear_output_takes_the_requested_dtype():
+    a, a_scale = reference.quantize_act_ref(torch.randn(4, 128))
+    w, w_scale = _weight(64, 128)
+    assert fp8_gemm.fp8_linear(a, a_scale, w, w_scale, torch.bfloat16).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("ends", [[3, 3, 20], [0, 0, 1], [17, 40, 41], [0, 0, 0]])
+def test_grouped_linear_matches_reference_with_empty_and_single_row_groups(ends):
+    groups, n, k = len(ends), 130, 256
+    w, w_scale = _experts(groups, n, k)
+    a, a_scale = reference.quantize_act_ref(torch.randn(ends[-1], k))
+    runs = torch.tensor(ends, dtype=torch.int32)
+    got = fp8_gemm.fp8_grouped_linear(a, a_scale, w, w_scale, runs, torch.float32)
+    assert got.shape == (ends[-1], n)
+    torch.testing.assert_close(got, reference.fp8_grouped_linear_ref(a, a_scale, w, w_scale, runs),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_linear_takes_per_row_scales():
+    # stacked gate / up halves that do not end on a 128-row block carry one scale row per weight row
+    groups, n, k = 2, 96, 128
+    w, block_scale = _experts(groups, n, k)
+    per_row = block_scale.repeat_interleave(128, 1)[:, :n] * torch.linspace(0.5, 1.5, n)[None, :, None]
+    a, a_scale = reference.quantize_act_ref(torch.randn(9, k))
+    runs = torch.tensor([4, 9], dtype=torch.int32)
+    got = fp8_gemm.fp8_grouped_linear(a, a_scale, w, per_row, runs, torch.float32)
+    want = reference.fp8_grouped_linear_ref(a, a_scale, w, per_row, runs)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # and the per-row reference is the block one scaled row by row
+    torch.testing.assert_close(reference.dequantize_weight_ref(w, per_row)[0, 5],
+                               reference.dequantize_weight_ref(w, block_scale)[0, 5] * per_row[0, 5, 0]
+                               / block_scale[0, 0, 0])
+
+
+def test_reference_linear_is_the_dequantized_product():
+    x = torch.randn(6, 256)
+    w_full = torch.randn(64, 256) * 0.05
+    w, w_scale = quantize_fp8_block(w_full, (128, 128))
+    a, a_scale = reference.quantize_act_ref(x)
+    got = reference.fp8_linear_ref(a, a_scale, w, w_scale)
+    # e4m3 keeps 3 mantissa bits: each operand within 2^-4 relative, the sums of 256 much closer
+    assert ((got - x @ w_full.T).norm() / (x @ w_full.T).norm()) < 0.05
+
+
+def test_dispatch_runs_the_references_on_the_cpu():
+    x = torch.randn(5, 256)
+    w, w_scale = _weight(64, 256)
+    a, a_scale = dsa_kernels.quantize_act(x)
+    assert torch.equal(_bits(a), _bits(reference.quantize_act_ref(x)[0]))
+    got = dsa_kernels.fp8_linear(a, a_scale, w, w_scale, torch.float32)
+    assert torch.equal(got, reference.fp8_linear_ref(a, a_scale, w, w_scale))
+
+
+# ---------------------------------------------------------------- GPU, at DeepSeek-V3.2's shapes
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 4, 32, 100, 512])
+@pytest.mark.parametrize("n, k", [(1536, 7168), (576, 7168), (7168, 16384), (24576, 1536)])
+def test_linear_matches_reference_on_the_gpu(m, n, k):
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    a, a_scale = fp8_gemm.quantize_act(x)
+    want_a, want_scale = reference.quantize_act_ref(x)
+    assert torch.equal(_bits(a), _bits(want_a)) and torch.equal(a_scale, want_scale)
+    w, w_scale = _weight(n, k, "cuda")
+    got = fp8_gemm.fp8_linear(a, a_scale, w, w_scale).float()
+    want = reference.fp8_linear_ref(a, a_scale, w, w_scale)
+    assert ((got - want).norm() / want.norm()) < 5e-3  # bf16 output rounding, other summation order
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pairs", [8, 256, 2048])
+def test_grouped_linear_matches_reference_on_the_gpu(pairs):
+    groups, n, k = 16, 4096, 7168
+    w, w_scale = _experts(groups, n, k, "cuda")
+    experts = torch.randint(0, groups, (pairs,), device="cuda").sort().values
+    runs = torch.searchsorted(experts, torch.arange(groups, device="cuda"), right=True).int()
+    a, a_scale = fp8_gemm.quantize_act(torch.randn(pairs, k, device="cuda", dtype=torch.bfloat16))
+    got = fp8_gemm.fp8_grouped_linear(a, a_scale, w, w_scale, runs).float()
+    want = reference.fp8_grouped_linear_ref(a, a_scale, w, w_scale, runs)
+    assert ((got - want).norm() / want.norm()) < 5e-3
+
+
+@pytest.mark.gpu
+def test_grouped_linear_reads_nothing_back_and_replays_in_a_graph():
+    groups, n, k = 16, 512, 1024
+    w, w_scale = _experts(groups, n, k, "cuda")
+    a, a_scale = fp8_gemm.quantize_act(torch.randn(64, k, device="cuda", dtype=torch.bfloat16))
+    runs = torch.tensor([4 * (g + 1) for g in range(groups)], dtype=torch.int32, device="cuda")
+    fp8_gemm.fp8_grouped_linear(a, a_scale, w, w_scale, runs)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp8_gemm.fp8_grouped_linear(a, a_scale, w, w_scale, runs)
+    runs.copy_(torch.tensor([0] * (groups - 1) + [64], dtype=torch.int32))  # every row to the last expert
+    graph.replay()
+    want = reference.fp8_grouped_linear_ref(a, a_scale, w, w_scale, runs)
+    assert ((out.float() - want).norm() / want.norm()) < 5e-3
