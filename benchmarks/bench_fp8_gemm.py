@@ -8,8 +8,10 @@ weights, and the HBM roofline of the e4m3 weights, all measured in this run.
 CUDA-graph times (benchmarks/graph_timing.py). A model reads each layer's weights once a step, from
 HBM: the dense calls here cycle through enough copies of the weights (256 MiB of e4m3) that none is
 still in L2 when its turn comes again. Columns, microseconds a call:
-- ours: the Fp8Linear forward, activation quantization included (what the engine runs);
-- ours_gemm / deepgemm: the GEMM alone on the same quantized activations;
+- ours: our GEMM on the layer's input, quantized in the kernel;
+- auto: dsa_kernels.fp8_linear as the engine calls it (DeepGEMM from DEEPGEMM_FP8_ROWS rows,
+  with the activations quantized first);
+- ours_gemm / deepgemm: the GEMMs alone on activations quantized before;
 - bf16: F.linear on the bf16 weights (what dequantized weights cost);
 - roofline: the e4m3 weights and scales read once at the copy bandwidth measured here.
 The experts rows time one MoE layer's routed experts (dsa_backend/models/moe.py's Experts, 8 a
@@ -88,9 +90,10 @@ def dense_rows(rows: list[int], bandwidth: float) -> list[dict]:
             want = reference.fp8_linear_ref(a, a_scale, w[0], s[0])
             row = dict(section="dense", layer=name, n=n, k=k, m=m,
                        roofline_us=round(weight_bytes / bandwidth / 1e3, 2),
-                       ours_error=_relative_error(fp8_linear(a, a_scale, w[0], s[0]), want))
-            fns = {"ours": _cycling(lambda i: fp8_linear(*quantize_act(x), w[i], s[i]), copies),
-                   "ours_gemm": _cycling(lambda i: fp8_linear(a, a_scale, w[i], s[i]), copies),
+                       ours_error=_relative_error(fp8_linear(x, w[0], s[0]), want))
+            fns = {"ours": _cycling(lambda i: fp8_linear(x, w[i], s[i]), copies),
+                   "ours_gemm": _cycling(lambda i: fp8_linear(a, w[i], s[i], a_scale), copies),
+                   "auto": _cycling(lambda i: dsa_kernels.fp8_linear(x, w[i], s[i]), copies),
                    "bf16": _cycling(lambda i: F.linear(x, w16[i]), copies)}
             if dg is not None:
                 d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)

@@ -410,14 +410,36 @@ def quantize_act(x, *, backend: str = "auto"):
     return triton_quantize(x)
 
 
-def fp8_linear(a, a_scale, w, w_scale, out_dtype=torch.bfloat16, *, backend: str = "auto"):
-    """a [M, K] e4m3 (a_scale [M, K/128]) times w [N, K] e4m3 (w_scale [N/128, K/128], or [N, K/128]
-    per row) transposed -> [M, N] in out_dtype: a linear layer of an FP8 checkpoint."""
-    if _choose(a, backend, None, fp8=True) == "reference":
-        return ref.fp8_linear_ref(a, a_scale, w, w_scale).to(out_dtype)
+# From this many rows DeepGEMM's FP8 GEMM is ahead of ours (H100, 2026-11-28: 1.4-3.1x at 256
+# rows, ~2x at 4096, where ours is a Triton tl.dot loop); below it ours, which quantizes the
+# activations in the GEMM, is level or ahead (docs/PERFORMANCE.md, "FP8 weights kept in FP8").
+DEEPGEMM_FP8_ROWS = 64
+
+
+def fp8_linear(x, w, w_scale, *, backend: str = "auto"):
+    """x [M, K] (bf16 or float32) times w [N, K] e4m3 (w_scale [N/128, K/128], or [N, K/128] per
+    row) transposed -> [M, N] in x's dtype: a linear layer of an FP8 checkpoint. x is quantized to
+    e4m3 a 1 x 128 group at a time (quantize_act)."""
+    library = "deepgemm" if x.shape[0] >= DEEPGEMM_FP8_ROWS and x.dtype == torch.bfloat16 else None
+    choice = _unless_batch_invariant(_choose(x, backend, library, fp8=True), backend)
+    if choice == "reference":
+        return ref.fp8_linear_ref(*ref.quantize_act_ref(x), w, w_scale).to(x.dtype)
+    if choice == "deepgemm":
+        res = _try_library(backend, ("deepgemm", "fp8_gemm_nt", w.shape[0], w.shape[1]),
+                           lambda: _deepgemm_linear(x, w, w_scale))
+        if res is not None:
+            return res
     from .fp8_gemm import fp8_linear as triton_linear
 
-    return triton_linear(a, a_scale, w, w_scale, out_dtype)
+    return triton_linear(x, w, w_scale)
+
+
+def _deepgemm_linear(x, w, w_scale):
+    from .fp8_gemm import quantize_act as triton_quantize
+
+    out = torch.empty(x.shape[0], w.shape[0], dtype=torch.bfloat16, device=x.device)
+    _library("deep_gemm").fp8_gemm_nt(triton_quantize(x), (w, w_scale), out)
+    return out
 
 
 def fp8_grouped_linear(a, a_scale, w, w_scale, ends, out_dtype=torch.bfloat16, *, backend: str = "auto"):

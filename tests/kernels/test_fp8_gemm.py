@@ -42,20 +42,32 @@ def test_activation_scales_cover_a_ragged_last_group():
 
 
 @pytest.mark.parametrize("m, n, k", [(1, 64, 128), (3, 130, 200), (33, 256, 256), (70, 96, 384)])
-def test_linear_matches_reference(m, n, k):
+def test_linear_on_quantized_activations_matches_reference(m, n, k):
     a, a_scale = reference.quantize_act_ref(torch.randn(m, k))
     w, w_scale = _weight(n, k)
-    got = fp8_gemm.fp8_linear(a, a_scale, w, w_scale, torch.float32)
+    got = fp8_gemm.fp8_linear(a, w, w_scale, a_scale, torch.float32)
     torch.testing.assert_close(got, reference.fp8_linear_ref(a, a_scale, w, w_scale), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 64, 128), (3, 130, 200), (33, 256, 256)])
+def test_linear_quantizing_in_the_kernel_equals_quantizing_first(m, n, k):
+    x = torch.randn(m, k) * 3
+    x[0, :100] = 0.0  # a group of zeros but its tail
+    w, w_scale = _weight(n, k)
+    got = fp8_gemm.fp8_linear(x, w, w_scale)
+    assert got.dtype == x.dtype
+    a, a_scale = reference.quantize_act_ref(x)
+    assert torch.equal(got, fp8_gemm.fp8_linear(a, w, w_scale, a_scale, torch.float32))
 
 
 def test_a_narrow_linear_splits_k_and_sums_the_splits():
     # one output tile over 8 K blocks on the interpreter's 4 "SMs": two splits
     assert fp8_gemm._split_k(1, 8, 4) == 2
-    a, a_scale = reference.quantize_act_ref(torch.randn(2, 1024))
+    x = torch.randn(2, 1024)
     w, w_scale = _weight(64, 1024)
-    got = fp8_gemm.fp8_linear(a, a_scale, w, w_scale, torch.float32)
-    torch.testing.assert_close(got, reference.fp8_linear_ref(a, a_scale, w, w_scale), rtol=1e-5, atol=1e-5)
+    got = fp8_gemm.fp8_linear(x, w, w_scale)
+    torch.testing.assert_close(got, reference.fp8_linear_ref(*reference.quantize_act_ref(x), w, w_scale),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_split_k_leaves_full_grids_alone_and_keeps_four_blocks_a_split():
@@ -64,10 +76,13 @@ def test_split_k_leaves_full_grids_alone_and_keeps_four_blocks_a_split():
     assert fp8_gemm._split_k(12, 4, 132) == 1
 
 
-def test_linear_output_takes_the_requested_dtype():
-    a, a_scale = reference.quantize_act_ref(torch.randn(4, 128))
+def test_linear_output_takes_the_inputs_dtype_or_the_requested_one():
+    x = torch.randn(4, 128).bfloat16()
     w, w_scale = _weight(64, 128)
-    assert fp8_gemm.fp8_linear(a, a_scale, w, w_scale, torch.bfloat16).dtype == torch.bfloat16
+    assert fp8_gemm.fp8_linear(x, w, w_scale).dtype == torch.bfloat16
+    a, a_scale = reference.quantize_act_ref(x)
+    assert fp8_gemm.fp8_linear(a, w, w_scale, a_scale).dtype == torch.bfloat16
+    assert fp8_gemm.fp8_linear(a, w, w_scale, a_scale, torch.float32).dtype == torch.float32
 
 
 @pytest.mark.parametrize("ends", [[3, 3, 20], [0, 0, 1], [17, 40, 41], [0, 0, 0]])
@@ -113,8 +128,7 @@ def test_dispatch_runs_the_references_on_the_cpu():
     w, w_scale = _weight(64, 256)
     a, a_scale = dsa_kernels.quantize_act(x)
     assert torch.equal(_bits(a), _bits(reference.quantize_act_ref(x)[0]))
-    got = dsa_kernels.fp8_linear(a, a_scale, w, w_scale, torch.float32)
-    assert torch.equal(got, reference.fp8_linear_ref(a, a_scale, w, w_scale))
+    assert torch.equal(dsa_kernels.fp8_linear(x, w, w_scale), reference.fp8_linear_ref(a, a_scale, w, w_scale))
 
 
 # ---------------------------------------------------------------- GPU, at DeepSeek-V3.2's shapes
@@ -123,13 +137,14 @@ def test_dispatch_runs_the_references_on_the_cpu():
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", [1, 4, 32, 100, 512])
 @pytest.mark.parametrize("n, k", [(1536, 7168), (576, 7168), (7168, 16384), (24576, 1536)])
-def test_linear_matches_reference_on_the_gpu(m, n, k):
+@pytest.mark.parametrize("backend", ["triton", "auto"])
+def test_linear_matches_reference_on_the_gpu(m, n, k, backend):
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     a, a_scale = fp8_gemm.quantize_act(x)
     want_a, want_scale = reference.quantize_act_ref(x)
     assert torch.equal(_bits(a), _bits(want_a)) and torch.equal(a_scale, want_scale)
     w, w_scale = _weight(n, k, "cuda")
-    got = fp8_gemm.fp8_linear(a, a_scale, w, w_scale).float()
+    got = dsa_kernels.fp8_linear(x, w, w_scale, backend=backend).float()
     want = reference.fp8_linear_ref(a, a_scale, w, w_scale)
     assert ((got - want).norm() / want.norm()) < 5e-3  # bf16 output rounding, other summation order
 
