@@ -8,7 +8,7 @@ weights, and the HBM roofline of the e4m3 weights, all measured in this run.
 CUDA-graph times (benchmarks/graph_timing.py). A model reads each layer's weights once a step, from
 HBM: the dense calls here cycle through enough copies of the weights (256 MiB of e4m3) that none is
 still in L2 when its turn comes again. Columns, microseconds a call:
-- ours: our GEMM on the layer's input, quantized in the kernel;
+- ours: our quantization of the layer's input, then our GEMM;
 - auto: dsa_kernels.fp8_linear as the engine calls it (DeepGEMM from DEEPGEMM_FP8_ROWS rows,
   with the activations quantized first);
 - ours_gemm / deepgemm: the GEMMs alone on activations quantized before;
@@ -33,7 +33,7 @@ import dsa_kernels
 from bench_moe import copy_bandwidth
 from dsa_backend.models.moe import Experts
 from dsa_kernels import reference
-from dsa_kernels.fp8_gemm import fp8_linear, quantize_act
+from dsa_kernels.fp8_gemm import fp8_gemm, fp8_linear, quantize_act
 from graph_timing import graph_ms
 
 HIDDEN, INTERMEDIATE, TOP_K = 7168, 2048, 8
@@ -92,7 +92,7 @@ def dense_rows(rows: list[int], bandwidth: float) -> list[dict]:
                        roofline_us=round(weight_bytes / bandwidth / 1e3, 2),
                        ours_error=_relative_error(fp8_linear(x, w[0], s[0]), want))
             fns = {"ours": _cycling(lambda i: fp8_linear(x, w[i], s[i]), copies),
-                   "ours_gemm": _cycling(lambda i: fp8_linear(a, w[i], s[i], a_scale), copies),
+                   "ours_gemm": _cycling(lambda i: fp8_gemm(a, a_scale, w[i], s[i]), copies),
                    "auto": _cycling(lambda i: dsa_kernels.fp8_linear(x, w[i], s[i]), copies),
                    "bf16": _cycling(lambda i: F.linear(x, w16[i]), copies)}
             if dg is not None:

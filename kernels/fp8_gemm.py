@@ -31,25 +31,20 @@ BLOCK = 128  # the checkpoints' quantization block: weights 128 x 128, activatio
 
 
 @triton.jit
-def _to_e4m3(x):
-    """x [R, 128] float32 -> (e4m3 values, float32 scales [R]), bit for bit the reference's (amax /
-    448 and the division IEEE, the rounding by hand as in the cache stores)."""
-    amax = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-4)
-    scale = tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
-    v = tl.math.div_rn(x, scale[:, None])
-    return _round_to_e4m3(tl.minimum(tl.maximum(v, -448.0), 448.0)).to(tl.float8e4nv), scale
-
-
-@triton.jit
 def _quantize_groups(x_ptr, q_ptr, s_ptr, M, K, stride_x, stride_q, stride_s, ROWS: tl.constexpr,
                      BLOCK: tl.constexpr):
-    """ROWS rows' 128-wide group of x -> e4m3 values and their float32 scales."""
+    """ROWS rows' 128-wide group of x -> e4m3 values and their float32 scales, bit for bit the CPU
+    reference's (amax / 448 and the division IEEE, the rounding by hand as in the cache stores;
+    torch on the GPU multiplies by 1 / 448 instead, which may differ in the last bit)."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     g = tl.program_id(1)
     k = g * BLOCK + tl.arange(0, BLOCK)
     mask = (rows[:, None] < M) & (k[None, :] < K)
     x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_x + k[None, :], mask=mask, other=0.0).to(tl.float32)
-    v, scale = _to_e4m3(x)
+    amax = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-4)
+    scale = tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
+    v = tl.math.div_rn(x, scale[:, None])
+    v = _round_to_e4m3(tl.minimum(tl.maximum(v, -448.0), 448.0)).to(tl.float8e4nv)
     tl.store(q_ptr + rows[:, None].to(tl.int64) * stride_q + k[None, :], v, mask=mask)
     tl.store(s_ptr + rows * stride_s + g, scale, mask=rows < M)
 
@@ -85,11 +80,8 @@ def _fp8_gemm(
     a_ptr, as_ptr, w_ptr, ws_ptr, out_ptr, ends, tile_ends, M, N, K, num_groups,
     stride_am, stride_asm, stride_wg, stride_wn, stride_wsg, stride_wsn, stride_os, stride_om,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SCALE_N: tl.constexpr, SPLIT_K: tl.constexpr,
-    GROUPED: tl.constexpr, LOG_GROUPS: tl.constexpr, QUANTIZE_A: tl.constexpr, EXACT: tl.constexpr,
+    GROUPED: tl.constexpr, LOG_GROUPS: tl.constexpr, EXACT: tl.constexpr,
 ):
-    """QUANTIZE_A: a is the bf16 / float32 input, quantized here a 1 x 128 group at a time, as
-    _quantize_groups would (a small M's rows cost each program a few KB of L2 reads, and the
-    layer one launch less); otherwise a is e4m3 with its scales at as_ptr."""
     tile, pid_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     if GROUPED:
         g, first_row, row_end = _group_of_tile(tile, ends, tile_ends, num_groups, BM, LOG_GROUPS)
@@ -113,10 +105,7 @@ def _fp8_gemm(
         k = kb * BK + ks
         a = tl.load(a_rows + k[None, :], mask=rmask[:, None] & (k[None, :] < K), other=0.0)
         w = tl.load(w_cols + k[None, :], mask=cmask[:, None] & (k[None, :] < K), other=0.0)
-        if QUANTIZE_A:
-            a, a_scale = _to_e4m3(a.to(tl.float32))
-        else:
-            a_scale = tl.load(as_ptr + rows * stride_asm + kb, mask=rmask, other=0.0)
+        a_scale = tl.load(as_ptr + rows * stride_asm + kb, mask=rmask, other=0.0)
         w_scale = tl.load(w_scales + kb, mask=cmask, other=0.0)
         acc += dot(a, tl.trans(w), EXACT) * (a_scale[:, None] * w_scale[None, :])
     out = out_ptr + split * stride_os + rows[:, None] * stride_om + cols[None, :]
@@ -162,26 +151,29 @@ def _sum_splits(partials, out, size, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr)
     tl.store(out + i, acc.to(out.dtype.element_ty), mask=i < size)
 
 
-def fp8_linear(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor, a_scale: torch.Tensor | None = None,
-               out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """x [M, K] times w [N, K] e4m3 (w_scale [N/128 or N, K/128]) transposed -> [M, N] in out_dtype
-    (default x's). x is either the layer's input (bf16 / float32), quantized in the kernel, or
-    already e4m3 with its scales a_scale [M, K/128]."""
-    m, k = x.shape
+def fp8_linear(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+    """x [M, K] (bf16 or float32) times w [N, K] e4m3 (w_scale [N/128 or N, K/128]) transposed ->
+    [M, N] in x's dtype; x is quantized first (quantize_act). Quantizing inside the GEMM instead,
+    each program its rows, took 2-5x longer at every shape measured (H100, 2026-11-28)."""
+    return fp8_gemm(*quantize_act(x), w, w_scale, x.dtype)
+
+
+def fp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
+             out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """a [M, K] e4m3 (a_scale [M, K/128]) times w [N, K] e4m3 (w_scale [N/128 or N, K/128]) transposed."""
+    m, k = a.shape
     n = w.shape[0]
     bm, bn, warps = _tiles(m)
     grid_m, grid_n, k_blocks = cdiv(m, bm), cdiv(n, bn), cdiv(k, BLOCK)
-    split = 1 if batch_invariant.enabled() else _split_k(grid_m * grid_n, k_blocks, num_sms(x.device))
-    out_dtype = out_dtype or (torch.bfloat16 if a_scale is not None else x.dtype)
-    out = torch.empty(m, n, dtype=out_dtype, device=x.device)
-    partials = torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1 else out
+    split = 1 if batch_invariant.enabled() else _split_k(grid_m * grid_n, k_blocks, num_sms(a.device))
+    out = torch.empty(m, n, dtype=out_dtype, device=a.device)
+    partials = torch.empty(split, m, n, dtype=torch.float32, device=a.device) if split > 1 else out
     if m:
         _fp8_gemm[(grid_m, grid_n, split)](
-            x, x if a_scale is None else a_scale, w, w_scale, partials, x, x, m, n, k, 1,
-            x.stride(0), 0 if a_scale is None else a_scale.stride(0), 0, w.stride(0), 0, w_scale.stride(0),
-            m * n, partials.stride(-2),
+            a, a_scale, w, w_scale, partials, a, a, m, n, k, 1,
+            a.stride(0), a_scale.stride(0), 0, w.stride(0), 0, w_scale.stride(0), m * n, partials.stride(-2),
             BM=bm, BN=bn, BK=BLOCK, SCALE_N=_scale_n(w, w_scale), SPLIT_K=split, GROUPED=False, LOG_GROUPS=1,
-            QUANTIZE_A=a_scale is None, EXACT=INTERPRET, num_warps=warps, num_stages=1 if INTERPRET else 4)
+            EXACT=INTERPRET, num_warps=warps, num_stages=1 if INTERPRET else 4)
         if split > 1:
             _sum_splits[(cdiv(m * n, 1024),)](partials, out, m * n, SPLIT_K=split, BLOCK=1024)
     return out
@@ -205,6 +197,6 @@ def fp8_grouped_linear(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, 
             a.stride(0), a_scale.stride(0), w.stride(0), w.stride(1), w_scale.stride(0), w_scale.stride(1),
             0, out.stride(0),
             BM=bm, BN=bn, BK=BLOCK, SCALE_N=_scale_n(w, w_scale), SPLIT_K=1, GROUPED=True,
-            LOG_GROUPS=max(1, groups.bit_length()), QUANTIZE_A=False, EXACT=INTERPRET, num_warps=warps,
+            LOG_GROUPS=max(1, groups.bit_length()), EXACT=INTERPRET, num_warps=warps,
             num_stages=1 if INTERPRET else 4)
     return out

@@ -82,19 +82,21 @@ def _fake_quantized(x: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _hidden(path, prompts, keep_fp8: bool, layer: int | None = None, fake_quantized=()) -> torch.Tensor:
+def _hidden(path, prompts, keep_fp8: bool, layer: int | None = None, fake_quantized=(), device="cpu",
+            dtype=torch.float32) -> torch.Tensor:
     """The prefill's final hidden states, or one decoder layer's output; the inputs of the
     linear layers named in fake_quantized go through e4m3 and back."""
-    model, _ = load_model(path, torch.float32, keep_fp8=keep_fp8)
+    model, _ = load_model(path, dtype, device, keep_fp8=keep_fp8)
     for name in fake_quantized:
         model.get_submodule(name).register_forward_pre_hook(lambda m, args: (_fake_quantized(args[0]),))
     seen = {}
     if layer is not None:
         model.model.layers[layer].register_forward_hook(lambda m, i, o: seen.__setitem__("out", o[0]))
-    cache = KVCache(model.config, 32, 16, dtype=torch.float32)
+    cache = KVCache(model.config, 32, 16, dtype=dtype, device=device)
     pages = [cache.allocator.allocate(pages_needed(len(p), 16)) for p in prompts]
-    hidden = model(ForwardBatch.build(ForwardMode.EXTEND, prompts, [0] * len(prompts), pages, 16), cache).hidden
-    return hidden if layer is None else seen["out"]
+    batch = ForwardBatch.build(ForwardMode.EXTEND, prompts, [0] * len(prompts), pages, 16, device)
+    hidden = model(batch, cache).hidden
+    return (hidden if layer is None else seen["out"]).float().cpu()
 
 
 def test_fp8_forward_equals_dequantized_weights_on_e4m3_activations(checkpoint, monkeypatch):
@@ -148,7 +150,7 @@ def test_fp8_engine_on_cuda_keeps_fp8_and_its_graphs_equal_the_eager_steps(check
     params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
     runs = {}
     for graphs in (True, False):
-        llm = LLM(path, device="cuda", cuda_graph=graphs, max_running_requests=4)
+        llm = LLM(path, device="cuda", cuda_graph=graphs, max_running_requests=4, num_kv_pages=64)
         assert isinstance(llm.engine.model.model.layers[0].self_attn.q_a_proj, Fp8Linear)  # "auto" keeps them
         assert (llm.engine.graphs is not None) == graphs
         runs[graphs] = [o.token_ids for o in llm.generate(prompts, params)]
@@ -157,16 +159,8 @@ def test_fp8_engine_on_cuda_keeps_fp8_and_its_graphs_equal_the_eager_steps(check
 
 
 @pytest.mark.gpu
-@torch.no_grad()
-def test_fp8_forward_on_cuda_stays_close_to_the_dequantized_one(checkpoint):
-    path = checkpoint("deepseek_v32_fp8")
-    prompts = random_prompts((20, 45, 70), seed=5)
-    hidden = []
-    for keep in (False, True):
-        model, _ = load_model(path, torch.bfloat16, "cuda", keep_fp8=keep)
-        cache = KVCache(model.config, 32, 16, dtype=torch.bfloat16, device="cuda")
-        pages = [cache.allocator.allocate(pages_needed(len(p), 16)) for p in prompts]
-        batch = ForwardBatch.build(ForwardMode.EXTEND, prompts, [0] * 3, pages, 16, "cuda")
-        hidden.append(model(batch, cache).hidden.float())
-    exact, fp8 = hidden
-    assert (fp8 - exact).norm() / exact.norm() < 0.10
+def test_fp8_first_layer_on_cuda_stays_close_to_the_dequantized_one(checkpoint):
+    path, prompts = checkpoint("deepseek_v32_fp8"), random_prompts((20, 45, 70), seed=5)
+    exact = _hidden(path, prompts, keep_fp8=False, layer=0, device="cuda", dtype=torch.bfloat16)
+    fp8 = _hidden(path, prompts, keep_fp8=True, layer=0, device="cuda", dtype=torch.bfloat16)
+    assert (fp8 - exact).norm() / exact.norm() < 0.08  # 4.6% on the CPU in float32
