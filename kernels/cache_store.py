@@ -29,9 +29,11 @@ def _round_to_e4m3(v):
     bits = v.to(tl.uint32, bitcast=True)
     lsb = (bits >> 20) & 1
     normal = ((bits + 0x7FFFF + lsb) & 0xFFF00000).to(tl.float32, bitcast=True)
-    # below 2^-6 e4m3 is subnormal with a fixed step of 2^-9: round on a float32 whose ulp is that
+    # below 2^-6 e4m3 is subnormal with a fixed step of 2^-9: round |v| on a float32 whose ulp is
+    # that, then put the sign back (a negative that rounds to zero is -0, as torch's cast gives)
     magic = 24576.0
-    subnormal = (v + magic) - magic
+    magnitude = ((tl.abs(v) + magic) - magic).to(tl.uint32, bitcast=True)
+    subnormal = (magnitude | (bits & 0x80000000)).to(tl.float32, bitcast=True)
     return tl.where(tl.abs(v) < 0.015625, subnormal, normal)
 
 

@@ -24,6 +24,19 @@ def test_index_key_store_is_bit_exact(dtype):
     assert torch.equal(got, want)
 
 
+def test_index_key_store_keeps_the_sign_of_a_key_that_rounds_to_zero():
+    pool = _index_pool(1)
+    keys = torch.zeros(2, 128)
+    keys[:, 0] = 100.0
+    keys[0, 1], keys[1, 1] = -1e-5, 1e-5  # both round to zero at a scale of 100 / 448
+    slots = torch.tensor([0, 1])
+    got, want = pool.clone(), pool.clone()
+    cache_store.store_index_keys(got, keys, slots, PAGE)
+    reference.store_index_keys_ref(want, keys, slots, PAGE)
+    assert got[0, 1].item() == 0x80 and got[0, 128 + 1].item() == 0x00
+    assert torch.equal(got, want)
+
+
 def test_rotated_store_matches_within_one_e4m3_step():
     # the fused Hadamard is a matmul with its own fp32 summation order: a value on an e4m3
     # rounding boundary may round the other way, so this one is a tolerance, not bit-exact

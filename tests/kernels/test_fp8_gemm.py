@@ -34,6 +34,15 @@ def test_activation_quantization_is_bit_exact(m, k):
     assert torch.equal(scales, want_scales)
 
 
+def test_a_negative_that_rounds_to_zero_is_negative_zero():
+    # torch's cast gives -0 (0x80); the subnormal rounding by hand once lost the sign (found on the
+    # H100: 11 of 3.7M activations of a [512, 7168] bf16 input)
+    x = torch.tensor([[-1e-7, 1e-7, -4.4e-6, 1.0] + [0.0] * 124])  # v = x * 448: -0, +0, -2^-9
+    values, _ = fp8_gemm.quantize_act(x)
+    assert values.view(torch.uint8)[0, :3].tolist() == [0x80, 0x00, 0x81]
+    assert torch.equal(_bits(values), _bits(reference.quantize_act_ref(x)[0]))
+
+
 def test_activation_scales_cover_a_ragged_last_group():
     x = torch.randn(3, 200)
     _, scales = fp8_gemm.quantize_act(x)
