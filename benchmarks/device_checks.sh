@@ -26,8 +26,8 @@ for stage in "$@"; do
       timeout 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_sparse_mla.py 2>&1 \
         | grep -v "^  " | tail -30 ;;
     gpu-tests-model)
-      timeout 360 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_models.py tests/test_moe.py \
-        tests/test_sampling.py tests/test_cuda_graphs.py 2>&1 | tail -8 ;;
+      timeout 420 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_models.py tests/test_moe.py \
+        tests/test_sampling.py tests/test_cuda_graphs.py tests/test_fp8_weights.py 2>&1 | tail -8 ;;
     gpu-tests-warmup)
       timeout 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_warmup.py 2>&1 | tail -8 ;;
     serving)

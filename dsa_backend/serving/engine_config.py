@@ -6,7 +6,7 @@ Engine) in dsa_llm's initialize makes Triton fail to load the model and log the 
 
 from __future__ import annotations
 
-from dsa_backend.engine import EngineArgs
+from dsa_backend.engine import FP8_WEIGHT_CHOICES, EngineArgs
 from dsa_backend.spec.config import SpecConfig
 
 # An empty value (fill_template's default), "none" or "off" turns speculative decoding off.
@@ -28,6 +28,7 @@ def engine_args(params: dict[str, str], device: str) -> EngineArgs:
         batch_invariant=_bool(params, "batch_invariant", "false"),
         warmup=_bool(params, "warmup", "false"),
         cuda_graph=_bool(params, "cuda_graph", "true"),
+        fp8_weights=_choice(params, "fp8_weights", "auto", FP8_WEIGHT_CHOICES),
         **spec)
 
 
@@ -65,6 +66,13 @@ def _bool(params: dict[str, str], key: str, default: str) -> bool:
     if value not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
         raise ValueError(f"{key} must be true or false, got {value!r}")
     return value in ("true", "1", "yes", "on")
+
+
+def _choice(params: dict[str, str], key: str, default: str, choices: tuple[str, ...]) -> str:
+    value = params.get(key, default).strip().lower() or default
+    if value not in choices:
+        raise ValueError(f"{key} must be one of {', '.join(choices)}; got {value!r}")
+    return value
 
 
 def _optional_int(params: dict[str, str], key: str) -> int | None:

@@ -33,6 +33,7 @@ DEFAULTS = {
     "batch_invariant": "false",
     "warmup": "false",
     "cuda_graph": "true",
+    "fp8_weights": "auto",                # FP8 checkpoints: auto (keep on a GPU), keep, dequantize
     "shutdown_timeout_s": "10",
     "speculative_algorithm": "",          # empty: no speculative decoding; mtp or eagle: the MTP layer drafts
     "speculative_num_steps": "1",

@@ -56,6 +56,13 @@ def test_batch_invariant_is_off_by_default_and_parsed_as_a_boolean():
         engine_args({**FILLED, "batch_invariant": "sometimes"}, "cpu")
 
 
+def test_fp8_weights_default_to_auto_and_bad_values_are_named():
+    assert engine_args(FILLED, "cpu").fp8_weights == "auto"
+    assert engine_args({**FILLED, "fp8_weights": "Dequantize"}, "cpu").fp8_weights == "dequantize"
+    with pytest.raises(ValueError, match="fp8_weights must be one of auto, keep, dequantize; got 'bf16'"):
+        engine_args({**FILLED, "fp8_weights": "bf16"}, "cpu")
+
+
 def test_cuda_graphs_are_on_by_default_and_can_be_turned_off():
     assert engine_args(FILLED, "cpu").cuda_graph is True
     assert engine_args({**FILLED, "cuda_graph": "false"}, "cpu").cuda_graph is False
