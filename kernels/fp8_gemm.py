@@ -1,9 +1,8 @@
 """Block-scaled FP8 GEMMs for FP8 checkpoints' linear layers and routed experts, weights kept in e4m3.
 
 DeepSeek-V3.2 and GLM-5 release their linear weights in e4m3 with one float32 scale a 128 x 128
-block (`weight_scale_inv`). Here the weights stay so, at half the bytes of bf16: a decode step
-reads every weight once, and at small batch that read is the step (docs/PERFORMANCE.md, "FP8
-weights kept in FP8"). Activations are quantized on the fly in 1 x 128 groups along K, the
+block (`weight_scale_inv`). Here the weights stay so, at half the bytes of bf16, which a decode
+step reads once each (docs/PERFORMANCE.md, "FP8 weights kept in FP8"). Activations are quantized on the fly in 1 x 128 groups along K, the
 groups the weights' blocks cut, so each 128-wide K step is one e4m3 dot scaled by one activation
 scale a row and one weight scale a column:
 
@@ -13,6 +12,8 @@ One kernel serves a dense layer (one group of rows) and the routed experts (rows
 group g's rows ending at ends[g], against weight g): a program takes BM rows of one group and BN
 columns. Dense layers whose tiles would not fill the GPU split K over programs that write float32
 partials, summed after (no atomics: a layer's output does not depend on the split's timing).
+The row count changes every step and only bounds a mask, so it is not specialized on
+(kernels/specialization.py).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .triton_dot import INTERPRET, dot
 BLOCK = 128  # the checkpoints' quantization block: weights 128 x 128, activations 1 x 128
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])
 def _quantize_groups(x_ptr, q_ptr, s_ptr, M, K, stride_x, stride_q, stride_s, ROWS: tl.constexpr,
                      BLOCK: tl.constexpr):
     """ROWS rows' 128-wide group of x -> e4m3 values and their float32 scales, bit for bit the CPU
@@ -75,7 +76,7 @@ def _group_of_tile(tile, ends, tile_ends, num_groups, BM: tl.constexpr, LOG_GROU
     return lo, start + (tile - first_tile) * BM, tl.load(ends + lo, mask=lo < num_groups, other=0)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])
 def _fp8_gemm(
     a_ptr, as_ptr, w_ptr, ws_ptr, out_ptr, ends, tile_ends, M, N, K, num_groups,
     stride_am, stride_asm, stride_wg, stride_wn, stride_wsg, stride_wsn, stride_os, stride_om,

@@ -33,14 +33,15 @@ def expect_fp8_weights(model: nn.Module, state: dict[str, torch.Tensor]) -> None
     whose weight comes with scales becomes an Fp8Linear, and a module holding stacked weights (the
     routed experts' w13 / w2) gets a `<name>_scale_inv` parameter beside each."""
     for name in [n for n in state if n.endswith(SCALE_SUFFIX)]:
-        owner_name, _, weight = name[: -len(SCALE_SUFFIX)].rpartition(".")
+        owner_name, _, scale = name.rpartition(".")
+        weight = scale[: -len(SCALE_SUFFIX)]
         owner = model.get_submodule(owner_name)
         if isinstance(owner, nn.Linear) and weight == "weight" and owner.bias is None:
             parent_name, _, child = owner_name.rpartition(".")
             with torch.device("meta"):
                 setattr(model.get_submodule(parent_name), child, Fp8Linear(owner.in_features, owner.out_features))
-        elif isinstance(getattr(owner, weight, None), nn.Parameter) and name.rpartition(".")[2] in owner._parameters:
+        elif scale in owner._parameters:  # declared (as None) by the module, e.g. Experts
             placeholder = torch.empty(state[name].shape, device="meta")
-            owner.register_parameter(name.rpartition(".")[2], nn.Parameter(placeholder, requires_grad=False))
+            owner.register_parameter(scale, nn.Parameter(placeholder, requires_grad=False))
         else:
-            raise TypeError(f"{name}: {owner_name} is neither a bias-free nn.Linear nor declares {weight}{SCALE_SUFFIX}")
+            raise TypeError(f"{name}: {owner_name} is neither a bias-free nn.Linear nor declares {scale}")
