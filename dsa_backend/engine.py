@@ -31,7 +31,7 @@ from dsa_backend.spec.compaction import compact_accepted_path
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.drafter import DraftInput, MtpDrafter
 from dsa_backend.spec.tree import ROOT_ONLY
-from dsa_backend.warmup import WarmupShapes, warm_up
+from dsa_backend.warmup import WarmupShapes, warm_up, warm_up_fp8_gemms
 from dsa_kernels.batch_invariant import enable_batch_invariant_mode
 
 logger = logging.getLogger(__name__)
@@ -144,6 +144,8 @@ class Engine:
                 args.max_running_requests, args.max_num_batched_tokens, self.max_model_len,
                 tokens_per_verify=self.spec.num_draft_tokens if self.spec else 1,
                 draft_rows=self.spec.topk if self.spec else 1))
+            if self.device.type == "cuda":  # the references on the CPU compile nothing
+                warm_up_fp8_gemms(self.model, args.max_num_batched_tokens, self.config.num_experts_per_tok)
             if self.graphs:
                 self.graphs.capture_all()
         self.sequences: dict[str, Sequence] = {}

@@ -7,6 +7,9 @@ integers from adding variants of their own). A cold server compiled for 30-36 s 
 requests, and again on the first step of each new batch size or context bucket (H100,
 docs/PERFORMANCE.md, "Compiles in the middle of serving").
 
+`warm_up_fp8_gemms` does the same for the GEMMs of FP8 weights kept in e4m3, whose tiles and K
+splits follow a step's rows (kernels/fp8_gemm.py).
+
 `warm_up` calls the model's own DSA backend over those shapes, for every step shape the engine's
 limits allow: decode (and speculative verify) at every batch size up to max_running_requests over a
 ladder of contexts up to the longest, sparse MLA at every row count a step can have, and prefill
@@ -27,6 +30,9 @@ from dsa_backend.attention import EXTEND_LOGITS_BYTES, KernelDsaBackend, default
 from dsa_backend.batch import ForwardBatch, ForwardMode
 from dsa_backend.cache import KVCache, pages_needed
 from dsa_backend.config import ModelConfig
+from dsa_backend.models.fp8_linear import Fp8Linear
+from dsa_backend.models.moe import Experts
+from dsa_kernels.fp8_gemm import grouped_tiles, launch_config
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +130,47 @@ def _prefill_phase(run: _Runner, shapes: WarmupShapes, longest: int) -> int:
             requests = -(-keys // longest)
             if keys >= tokens >= requests:
                 run.indexer(requests, tokens // requests, keys // requests, ForwardMode.EXTEND)
+                calls += 1
+    return calls
+
+
+def fp8_linear_rows(n: int, k: int, max_rows: int, device: torch.device) -> list[int]:
+    """Row counts that give an [n, k] FP8 GEMM every launch it can take for up to max_rows rows:
+    the first of each of our launch configs, and the prefill ladder for DeepGEMM's own choices."""
+    rows, configs = set(prefill_ladder(max_rows)), set()
+    for m in range(1, max_rows + 1):
+        config = launch_config(m, n, k, device)
+        if config not in configs:
+            configs.add(config)
+            rows.add(m)
+    return sorted(rows)
+
+
+@torch.no_grad()
+def warm_up_fp8_gemms(model: torch.nn.Module, max_rows: int, experts_per_token: int) -> int:
+    """Run each FP8 weight shape of the model over every launch a step of up to max_rows tokens
+    can take (fp8_linear_rows; the routed experts at each tile of their runs' mean length);
+    returns the number of calls."""
+    calls, seen = 0, set()
+    for module in model.modules():
+        if isinstance(module, Fp8Linear):
+            key = (tuple(module.weight.shape), tuple(module.weight_scale_inv.shape))
+            if key in seen:
+                continue
+            seen.add(key)
+            x = torch.randn(max_rows, module.in_features, device=module.weight.device,
+                            dtype=model.model.embed_tokens.weight.dtype)
+            for m in fp8_linear_rows(module.out_features, module.in_features, max_rows, x.device):
+                module(x[:m])
+                calls += 1
+        elif isinstance(module, Experts) and module.w13_scale_inv is not None:
+            groups, hidden = module.w13.shape[0], module.w13.shape[2]
+            # k distinct experts a token, every expert's run of about the same length
+            tokens_for = {grouped_tiles(t * experts_per_token, groups): t for t in range(max_rows, 0, -1)}
+            for tokens in sorted(tokens_for.values()):
+                ids = (torch.arange(tokens * experts_per_token, device=module.w13.device) % groups).view(tokens, -1)
+                x = torch.randn(tokens, hidden, device=ids.device, dtype=model.model.embed_tokens.weight.dtype)
+                module(x, ids, torch.ones(ids.shape, device=ids.device))
                 calls += 1
     return calls
 

@@ -152,6 +152,20 @@ def _sum_splits(partials, out, size, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr)
     tl.store(out + i, acc.to(out.dtype.element_ty), mask=i < size)
 
 
+def launch_config(m: int, n: int, k: int, device: torch.device) -> tuple[int, int, int, int]:
+    """(BM, BN, warps, K splits) of a dense GEMM of m rows: each distinct one compiles once
+    (dsa_backend/warmup.py compiles them all at start)."""
+    bm, bn, warps = _tiles(m)
+    if batch_invariant.enabled():
+        return bm, bn, warps, 1
+    return bm, bn, warps, _split_k(cdiv(m, bm) * cdiv(n, bn), cdiv(k, BLOCK), num_sms(device))
+
+
+def grouped_tiles(pairs: int, groups: int) -> tuple[int, int, int]:
+    """(BM, BN, warps) of a grouped GEMM: the tile of the runs' mean length."""
+    return _tiles(max(1, pairs // groups))
+
+
 def fp8_linear(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
     """x [M, K] (bf16 or float32) times w [N, K] e4m3 (w_scale [N/128 or N, K/128]) transposed ->
     [M, N] in x's dtype; x is quantized first (quantize_act). Quantizing inside the GEMM instead,
@@ -164,9 +178,8 @@ def fp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: t
     """a [M, K] e4m3 (a_scale [M, K/128]) times w [N, K] e4m3 (w_scale [N/128 or N, K/128]) transposed."""
     m, k = a.shape
     n = w.shape[0]
-    bm, bn, warps = _tiles(m)
-    grid_m, grid_n, k_blocks = cdiv(m, bm), cdiv(n, bn), cdiv(k, BLOCK)
-    split = 1 if batch_invariant.enabled() else _split_k(grid_m * grid_n, k_blocks, num_sms(a.device))
+    bm, bn, warps, split = launch_config(m, n, k, a.device)
+    grid_m, grid_n = cdiv(m, bm), cdiv(n, bn)
     out = torch.empty(m, n, dtype=out_dtype, device=a.device)
     partials = torch.empty(split, m, n, dtype=torch.float32, device=a.device) if split > 1 else out
     if m:
@@ -188,7 +201,7 @@ def fp8_grouped_linear(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, 
     could need and tiles past the last run's return at once."""
     p, k = a.shape
     groups, n = w.shape[0], w.shape[1]
-    bm, bn, warps = _tiles(max(1, p // groups))
+    bm, bn, warps = grouped_tiles(p, groups)
     starts = torch.cat([ends.new_zeros(1), ends[:-1]])
     tile_ends = ((ends - starts + bm - 1) // bm).cumsum(0).to(torch.int32)
     out = torch.empty(p, n, dtype=out_dtype, device=a.device)

@@ -14,7 +14,10 @@ from dsa_backend import warmup
 from dsa_backend.attention import EXTEND_LOGITS_BYTES, KernelDsaBackend
 from dsa_backend.cache import KVCache
 from dsa_backend.config import ModelConfig
+from dsa_backend.models import load_model
+from dsa_backend.models.fp8_linear import Fp8Linear
 from dsa_backend.tools.make_checkpoint import make_config
+from dsa_kernels import fp8_gemm
 from dsa_kernels.host_math import cdiv, next_power_of_2
 from dsa_kernels.indexer_gluon import gluon_config
 from dsa_kernels.topk import topk_config
@@ -169,3 +172,32 @@ def test_after_the_warm_up_no_step_compiles_a_kernel(monkeypatch, kv_cache_dtype
             cache.allocator.free(p)
         assert compiled == [], (step, mode.name, new, lengths)
     torch.cuda.synchronize()
+
+
+def test_fp8_rows_reach_every_launch_config_of_our_gemm():
+    cpu = torch.device("cpu")  # 4 "SMs": splits change with the rows as on a GPU
+    for n, k in ((1536, 7168), (576, 7168), (24576, 1536)):
+        rows = warmup.fp8_linear_rows(n, k, 600, cpu)
+        every = {fp8_gemm.launch_config(m, n, k, cpu) for m in range(1, 601)}
+        assert {fp8_gemm.launch_config(m, n, k, cpu) for m in rows} == every
+        assert set(warmup.prefill_ladder(600)) <= set(rows)  # DeepGEMM's choices follow the rows too
+
+
+def test_fp8_warm_up_runs_each_weight_shape_over_its_rows_and_the_experts_over_each_tile(checkpoint, monkeypatch):
+    import dsa_kernels
+
+    model, _ = load_model(checkpoint("deepseek_v32_fp8"), torch.float32, keep_fp8=True)
+    dense, grouped = [], []
+    linear, grouped_linear = dsa_kernels.fp8_linear, dsa_kernels.fp8_grouped_linear
+    monkeypatch.setattr(dsa_kernels, "fp8_linear", lambda x, w, s: dense.append((tuple(w.shape), x.shape[0]))
+                        or linear(x, w, s))
+    monkeypatch.setattr(dsa_kernels, "fp8_grouped_linear", lambda a, s, w, ws, ends, dtype: grouped.append(
+        fp8_gemm.grouped_tiles(a.shape[0], w.shape[0])) or grouped_linear(a, s, w, ws, ends, dtype))
+    calls = warmup.warm_up_fp8_gemms(model, max_rows=40, experts_per_token=2)
+    shapes = {(m.out_features, m.in_features) for m in model.modules() if isinstance(m, Fp8Linear)}
+    assert {shape for shape, _ in dense} == shapes
+    for n, k in shapes:
+        assert sorted(m for shape, m in dense if shape == (n, k)) == warmup.fp8_linear_rows(n, k, 40, torch.device("cpu"))
+    # 8 experts, 2 a token: mean runs of 1..10 pairs at 40 tokens, all in the 16-row tile; w13 then w2
+    assert set(grouped) == {fp8_gemm.grouped_tiles(p, 8) for p in range(2, 81, 2)}
+    assert calls == len(dense) + len(grouped) // 2
