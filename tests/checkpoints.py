@@ -18,6 +18,8 @@ CHECKPOINTS = {
     "glm_shared_freq": dict(arch="glm_moe_dsa", index_topk_freq=2, index_skip_topk_offset=1),
     "glm_shared_pattern": dict(arch="glm_moe_dsa", index_topk_pattern="FSSF"),
     "deepseek_v32_fp8": dict(arch="deepseek_v32", fp8=True),
+    # GLM-5 with shared top-k layers (F S F S), FP8
+    "glm_shared_fp8": dict(arch="glm_moe_dsa", index_topk_freq=2, index_skip_topk_offset=1, fp8=True),
 }
 
 
