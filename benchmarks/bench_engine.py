@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import itertools
-import json
 import statistics
 import time
 
@@ -30,6 +29,7 @@ import dsa_kernels
 from dsa_backend.attention import KernelDsaBackend, TorchDsaBackend
 from dsa_backend.engine import Engine, EngineArgs
 from dsa_backend.sampling_params import SamplingParams
+from report import emit
 
 
 _MAX_TOKENS = 512
@@ -131,10 +131,7 @@ def main() -> None:
         result[f"{faster}_over_{slower}"] = round(by[faster]["tokens_per_s"] / by[slower]["tokens_per_s"], 2)
         result[f"{faster}_over_{slower}_median_step"] = round(
             by[slower]["median_step_ms"] / by[faster]["median_step_ms"], 2)
-    print(json.dumps(result))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=1)
+    emit(result, a.json)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from dsa_backend.models.moe import Experts
 from dsa_kernels import reference
 from dsa_kernels.fp8_gemm import fp8_gemm, fp8_linear, quantize_act
 from graph_timing import graph_ms
+from report import emit
 
 HIDDEN, INTERMEDIATE, TOP_K = 7168, 2048, 8
 # DeepSeek-V3.2's linear layers (out, in), 128 heads: q_a, kv_a (with the rope part), q_b, o_proj,
@@ -166,10 +167,7 @@ def main() -> None:
         rows += experts_rows([int(t) for t in a.tokens.split(",")], a.experts, bandwidth)
     result = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                   libraries=dsa_kernels.available_backends("cuda"), copy_gb_s=round(bandwidth), rows=rows)
-    print(json.dumps(result))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=1)
+    emit(result, a.json)
 
 
 if __name__ == "__main__":

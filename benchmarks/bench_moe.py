@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from dsa_backend.models.moe import Experts
+from report import emit
 
 HIDDEN, INTERMEDIATE, TOP_K = 7168, 2048, 8
 
@@ -90,10 +91,7 @@ def main() -> None:
         rows.append(row)
     result = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                   experts=a.experts, copy_gb_s=round(bandwidth), rows=rows)
-    print(json.dumps(result))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=1)
+    emit(result, a.json)
 
 
 if __name__ == "__main__":
