@@ -136,11 +136,16 @@ def test_fp8_weights_setting_is_checked_and_auto_dequantizes_on_the_cpu():
         EngineArgs(model="m", fp8_weights="fp16").keeps_fp8_weights(torch.device("cpu"))
 
 
-def test_engine_generates_with_kept_fp8_weights(checkpoint):
-    llm = LLM(checkpoint("deepseek_v32_fp8"), device="cpu", dtype="float32", fp8_weights="keep")
-    assert isinstance(llm.engine.model.model.layers[1].self_attn.o_proj, Fp8Linear)
-    out = llm.generate(random_prompts((30,), seed=2), SamplingParams(max_tokens=5, temperature=0, ignore_eos=True))
-    assert len(out[0].token_ids) == 5
+def test_engine_with_kept_fp8_weights_drafts_with_the_mtp_layer_and_keeps_greedy_output(checkpoint):
+    prompts, params = random_prompts((30, 50), seed=2), SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    outputs = []
+    for spec in ({}, dict(speculative_algorithm="mtp", speculative_num_steps=2)):
+        llm = LLM(checkpoint("deepseek_v32_fp8"), device="cpu", dtype="float32", fp8_weights="keep", **spec)
+        assert isinstance(llm.engine.model.model.layers[1].self_attn.o_proj, Fp8Linear)
+        assert isinstance(llm.engine.model.mtp[0].decoder.self_attn.q_b_proj, Fp8Linear)  # the drafter's too
+        outputs.append([o.token_ids for o in llm.generate(prompts, params)])
+    assert [len(t) for t in outputs[0]] == [6, 6]
+    assert outputs[1] == outputs[0]  # speculation changes no greedy token
 
 
 # ---------------------------------------------------------------- GPU
