@@ -410,9 +410,10 @@ def quantize_act(x, *, backend: str = "auto"):
     return triton_quantize(x)
 
 
-# From this many rows DeepGEMM's FP8 GEMM is ahead of ours (H100, 2026-11-28: 1.4-3.1x at 256
-# rows, ~2x at 4096, where ours is a Triton tl.dot loop); below it ours, which quantizes the
-# activations in the GEMM, is level or ahead (docs/PERFORMANCE.md, "FP8 weights kept in FP8").
+# From this many rows DeepGEMM's FP8 GEMM is ahead of ours (H100, 2026-11-28: 1.3-2.2x at 256
+# rows but at the 128-row indexer wk, ~2x at 4096, where ours is a Triton tl.dot loop); below it
+# ours is level or ahead at one row and behind by up to 1.4x at 64 on the wide layers
+# (docs/PERFORMANCE.md, "FP8 weights kept in FP8").
 DEEPGEMM_FP8_ROWS = 64
 
 
