@@ -28,9 +28,11 @@ def tokenizer(tokenizer_dir) -> Tokenizer:
 def served(request, checkpoint, tmp_path_factory):
     """A tritonserver on the tiny GLM checkpoint, one per test module; stopped even on failure.
 
-    A module overrides the engine settings with `SERVER_SETTINGS = {...}`.
+    A module overrides the engine settings with `SERVER_SETTINGS = {...}` and the checkpoint with
+    `SERVER_CHECKPOINT = "<name in tests/checkpoints.py>"`.
     """
-    return start_server(request, checkpoint, tmp_path_factory, getattr(request.module, "SERVER_SETTINGS", {}))
+    return start_server(request, checkpoint, tmp_path_factory, getattr(request.module, "SERVER_SETTINGS", {}),
+                        getattr(request.module, "SERVER_CHECKPOINT", "glm_moe_dsa"))
 
 
 @pytest.fixture(scope="module")

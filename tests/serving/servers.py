@@ -40,7 +40,8 @@ def engine_kwargs(settings: dict[str, str]) -> dict:
             "page_size": int(settings["page_size"]),
             "num_kv_pages": int(settings["num_kv_pages"]), "max_model_len": int(settings["max_model_len"]),
             "max_running_requests": int(settings["max_running_requests"]),
-            "batch_invariant": settings.get("batch_invariant", "false") == "true"}
+            "batch_invariant": settings.get("batch_invariant", "false") == "true",
+            "fp8_weights": settings.get("fp8_weights", "auto")}
 
 
 def read_metric(server, name: str, **labels: str) -> float | None:
@@ -57,15 +58,15 @@ def read_metric(server, name: str, **labels: str) -> float | None:
     return total
 
 
-def start_server(request, checkpoint, tmp_path_factory, overrides: dict[str, str]):
-    """A tritonserver on the tiny GLM checkpoint with ENGINE plus overrides, stopped when the
-    requesting fixture's scope ends (even on failure)."""
+def start_server(request, checkpoint, tmp_path_factory, overrides: dict[str, str], name: str = "glm_moe_dsa"):
+    """A tritonserver on a tiny checkpoint (tests/checkpoints.py; the GLM one unless named) with
+    ENGINE plus overrides, stopped when the requesting fixture's scope ends (even on failure)."""
     from dsa_backend.serving.fill_template import fill
     from dsa_backend.serving.server import TritonServer
 
     settings = {**ENGINE, **overrides}
     root = tmp_path_factory.mktemp("triton")
-    repo = fill(checkpoint("glm_moe_dsa"), root / "model_repository", settings)
+    repo = fill(checkpoint(name), root / "model_repository", settings)
     server = TritonServer(repo, exit_timeout_s=5)
     request.addfinalizer(server.stop)
     server.start(ready_timeout_s=180)
