@@ -150,8 +150,12 @@ class Engine:
                 self.graphs.capture_all()
         self.sequences: dict[str, Sequence] = {}
         self._arrivals = itertools.count()
-        logger.info("engine ready: %s on %s/%s, %d KV pages of %d tokens", self.config.architecture,
-                    self.device, self.dtype, self.num_kv_pages, args.page_size)
+        weights = list(self.model.parameters())
+        fp8 = sum(w.numel() for w in weights if w.dtype == torch.float8_e4m3fn)
+        logger.info("engine ready: %s on %s/%s, weights %.2f GiB (%.0f%% in e4m3), %d KV pages of %d tokens",
+                    self.config.architecture, self.device, self.dtype,
+                    sum(w.numel() * w.element_size() for w in weights) / 2**30,
+                    100 * fp8 / sum(w.numel() for w in weights), self.num_kv_pages, args.page_size)
 
     def _spec_config(self, args: EngineArgs, mtp_has_indexer: bool) -> SpecConfig | None:
         if args.speculative_algorithm is None:
