@@ -421,7 +421,7 @@ def fp8_linear(x, w, w_scale, *, backend: str = "auto"):
     """x [M, K] (bf16 or float32) times w [N, K] e4m3 (w_scale [N/128, K/128], or [N, K/128] per
     row) transposed -> [M, N] in x's dtype: a linear layer of an FP8 checkpoint. x is quantized to
     e4m3 a 1 x 128 group at a time (quantize_act)."""
-    library = "deepgemm" if x.shape[0] >= DEEPGEMM_FP8_ROWS and x.dtype == torch.bfloat16 else None
+    library = "deepgemm" if _deepgemm_fp8_linear(x.shape[0], x.dtype, capability(x.device)) else None
     choice = _unless_batch_invariant(_choose(x, backend, library, fp8=True), backend)
     if choice == "reference":
         return ref.fp8_linear_ref(*ref.quantize_act_ref(x), w, w_scale).to(x.dtype)
@@ -433,6 +433,13 @@ def fp8_linear(x, w, w_scale, *, backend: str = "auto"):
     from .fp8_gemm import fp8_linear as triton_linear
 
     return triton_linear(x, w, w_scale)
+
+
+def _deepgemm_fp8_linear(rows: int, dtype: torch.dtype, cc: tuple[int, int]) -> bool:
+    """Whether "auto" gives an FP8 linear layer to DeepGEMM: from DEEPGEMM_FP8_ROWS rows of bf16,
+    on SM90 only. On SM100 DeepGEMM rounds float32 block scales to powers of two (UE8M0) unless
+    told not to, which these checkpoints' scales are not; it is not measured there either."""
+    return rows >= DEEPGEMM_FP8_ROWS and dtype == torch.bfloat16 and cc[0] == 9
 
 
 def _deepgemm_linear(x, w, w_scale):

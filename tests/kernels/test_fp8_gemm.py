@@ -132,6 +132,16 @@ def test_reference_linear_is_the_dequantized_product():
     assert ((got - x @ w_full.T).norm() / (x @ w_full.T).norm()) < 0.05
 
 
+def test_auto_gives_deepgemm_only_bf16_layers_of_64_rows_and_up_on_sm90():
+    from dsa_kernels.dispatch import _deepgemm_fp8_linear
+
+    assert _deepgemm_fp8_linear(64, torch.bfloat16, (9, 0))
+    assert not _deepgemm_fp8_linear(63, torch.bfloat16, (9, 0))
+    assert not _deepgemm_fp8_linear(512, torch.float32, (9, 0))
+    assert not _deepgemm_fp8_linear(512, torch.bfloat16, (10, 0))  # UE8M0 scales there
+    assert not _deepgemm_fp8_linear(512, torch.bfloat16, (8, 9))
+
+
 def test_dispatch_runs_the_references_on_the_cpu():
     x = torch.randn(5, 256)
     w, w_scale = _weight(64, 256)
