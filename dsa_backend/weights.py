@@ -18,6 +18,7 @@ import torch
 from safetensors import safe_open
 
 from dsa_backend.config import ModelConfig
+from dsa_kernels.reference import dequantize_weight_ref
 
 
 class WeightError(ValueError):
@@ -109,13 +110,7 @@ def quantize_fp8_block(w: torch.Tensor, block: tuple[int, int]) -> tuple[torch.T
 
 def dequantize_fp8_block(w: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
     """Inverse of quantize_fp8_block, in float32."""
-    bn, bk = block
-    n, k = w.shape
-    expected = (-(-n // bn), -(-k // bk))
-    if tuple(scale_inv.shape) != expected:
-        raise WeightError(f"weight_scale_inv has shape {tuple(scale_inv.shape)}, expected {expected} for {n}x{k}")
-    scale = scale_inv.float().repeat_interleave(bn, 0)[:n].repeat_interleave(bk, 1)[:, :k]
-    return w.float() * scale
+    return dequantize_weight_ref(w, _checked_scale("weight", w, scale_inv, block))
 
 
 class SafetensorsCheckpoint:
@@ -177,7 +172,7 @@ def load_weights(model_dir: str | Path, config: ModelConfig, dtype: torch.dtype,
         if name in quantized:
             scale = _checked_scale(name, tensor, ckpt.get(name + "_scale_inv"), config.quantization.block)
             if not keep_fp8 or name.endswith(_DEQUANTIZED_ALWAYS):
-                tensor, scale = dequantize_fp8_block(tensor, scale, config.quantization.block), None
+                tensor, scale = dequantize_weight_ref(tensor, scale), None
         elif tensor.dtype == torch.float8_e4m3fn:
             raise WeightError(f"{name} is float8 but has no {name}_scale_inv")
         if scale is None:
@@ -217,7 +212,7 @@ def _stacked_experts(prefix: str, parts: dict, config: ModelConfig, dtype: torch
     otherwise each row gets its own copy of its block's scale (dsa_kernels.fp8_grouped_linear)."""
     n, block = config.n_routed_experts, config.quantization.block if config.quantization else None
     if any(scale is None for _, scale in parts.values()):
-        parts = {key: (tensor if scale is None else dequantize_fp8_block(tensor, scale, block).to(dtype), None)
+        parts = {key: (tensor if scale is None else dequantize_weight_ref(tensor, scale).to(dtype), None)
                  for key, (tensor, scale) in parts.items()}
     w13 = torch.stack([torch.cat([parts[(e, "gate")][0], parts[(e, "up")][0]]) for e in range(n)])
     state = {prefix + ".w13": w13, prefix + ".w2": torch.stack([parts[(e, "down")][0] for e in range(n)])}
