@@ -27,6 +27,7 @@ from dsa_backend.sampling_params import SamplingParams
 from dsa_backend.scheduler import ScheduledChunk, Scheduler
 from dsa_backend.sequence import Sequence
 from dsa_backend.spec.acceptance import accept_greedy, accept_tree
+from dsa_backend.spec.chain import ChainDraftGraphs
 from dsa_backend.spec.compaction import compact_accepted_path
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.drafter import DraftInput, MtpDrafter
@@ -126,19 +127,25 @@ class Engine:
         # and the batch-invariant one).
         graphs = (args.cuda_graph and self.device.type == "cuda" and self.dtype == torch.bfloat16
                   and (not self.spec or self.spec.is_chain) and not args.batch_invariant)
-        self.num_held_pages = 1 if graphs else 0  # a page for the graphs' padding rows
+        # A page for the graphs' padding rows, and for a chain's draft writes past a request's pages
+        self.num_held_pages = 1 if graphs or (self.spec and self.spec.is_chain) else 0
         self.cache = KVCache(self.config, self.num_kv_pages + self.num_held_pages, args.page_size, dtype=self.dtype,
                              kv_cache_dtype=args.kv_cache_dtype, mtp_has_indexer=info.mtp_has_indexer,
                              device=self.device)
+        held_page = self.cache.allocator.allocate(1)[0] if self.num_held_pages else None
+        n = self.spec.num_draft_tokens if self.spec else 1
         self.graphs = (DecodeGraphs(self.model, self.cache, args.max_running_requests, self.max_model_len,
-                                    pad_page=self.cache.allocator.allocate(1)[0],
-                                    tokens_per_request=self.spec.num_draft_tokens if self.spec else 1)
-                       if graphs else None)
+                                    pad_page=held_page, tokens_per_request=n) if graphs else None)
         self.scheduler = Scheduler(self.cache.allocator, args.page_size, args.max_running_requests,
                                    args.max_num_batched_tokens)
         self.generator = torch.Generator(device=self.device).manual_seed(args.seed)
-        self.drafter = (MtpDrafter(self.model, self.cache, self.spec, args.page_size, self.device)
-                        if self.spec else None)
+        self.drafter = None
+        if self.spec:
+            draft_graphs = (ChainDraftGraphs(self.model, self.cache, self.spec.num_steps, self.spec.reuses_topk,
+                                             args.max_running_requests, self.max_model_len, held_page)
+                            if graphs else None)
+            self.drafter = MtpDrafter(self.model, self.cache, self.spec, args.page_size, self.device, held_page,
+                                      draft_graphs)
         if args.warmup:
             warm_up(self.cache, self.config, WarmupShapes(
                 args.max_running_requests, args.max_num_batched_tokens, self.max_model_len,
@@ -148,6 +155,8 @@ class Engine:
                 warm_up_fp8_gemms(self.model, args.max_num_batched_tokens, self.config.num_experts_per_tok)
             if self.graphs:
                 self.graphs.capture_all()
+            if self.drafter and self.drafter.graphs:
+                self.drafter.graphs.capture_all()
         self.sequences: dict[str, Sequence] = {}
         self._arrivals = itertools.count()
         weights = list(self.model.parameters())
@@ -318,16 +327,13 @@ class Engine:
             # The MTP layer covers the positions whose KV the target kept, one token ahead: the
             # root and the accepted path (compacted behind it), or the chunk's tokens.
             if chunk.draft:
-                rows = offsets[i] + torch.tensor([0] + accepted[i], device=self.device)
-                span = 1 + len(accepted[i])
+                rows = [offsets[i] + node for node in [0] + accepted[i]]
             else:
-                rows, span = slice(offsets[i], offsets[i] + chunk.num_tokens), chunk.num_tokens
+                rows = list(range(offsets[i], offsets[i] + chunk.num_tokens))
             wants = i in completed and self.scheduler.reserve(seq, seq.num_computed + self.spec.lookahead)
-            # Only a chain reuses the target's top-k, and a chain's path needs no relabelling.
-            topk = out.topk[rows] if self.spec.reuses_topk else None
-            items.append(DraftInput(seq, chunk.start, seq.token_ids(chunk.start + 1, chunk.start + span + 1),
-                                    out.hidden[rows], topk, wants))
-        self.drafter.draft(items)
+            items.append(DraftInput(seq, chunk.start, seq.token_ids(chunk.start + 1, chunk.start + len(rows) + 1),
+                                    rows, wants))
+        self.drafter.draft(items, out)
 
     def _forward_batch(self, chunks: list[ScheduledChunk]) -> ForwardBatch:
         # A chunk with drafts is one token, the request's last (the scheduler drops drafts

@@ -54,21 +54,22 @@ def _batch(n: int, requests: int, prefix: int = 20, mode: ForwardMode | None = N
 
 @pytest.mark.parametrize("n", [1, 3])
 def test_a_batch_is_copied_in_and_the_requests_past_it_pad_the_held_page(cpu_model, n):
-    graphs = _graphs(cpu_model, n)
-    graphs._fill(_batch(n, 5), 8)
+    static = _graphs(cpu_model, n).static
+    static.fill(_batch(n, 5), 8)
     batch = _batch(n, 3)
-    graphs._fill(batch, 4)  # bucket 4: one padding request, where a real one was before
+    static.fill(batch, 4)  # bucket 4: one padding request, where a real one was before
     t = 3 * n
-    for static, made in ((graphs.input_ids, batch.input_ids), (graphs.positions, batch.positions),
-                         (graphs.out_cache_loc, batch.out_cache_loc)):
-        assert torch.equal(static[:t], made)
-    assert torch.equal(graphs.seq_lens[:3], batch.seq_lens)
-    assert torch.equal(graphs.block_table[:3, :2], batch.block_table)
+    for buffer, made in ((static.input_ids, batch.input_ids), (static.positions, batch.positions),
+                         (static.out_cache_loc, batch.out_cache_loc), (static.logits_rows, batch.logits_rows)):
+        assert torch.equal(buffer[: made.shape[0]], made)
+    assert torch.equal(static.seq_lens[:3], batch.seq_lens)
+    assert torch.equal(static.block_table[:3, :2], batch.block_table)
     pad = slice(t, t + n)
-    assert torch.equal(graphs.input_ids[pad], torch.zeros(n, dtype=torch.long))
-    assert torch.equal(graphs.positions[pad], torch.arange(n))
-    assert torch.equal(graphs.out_cache_loc[pad], PAD_PAGE * PAGE + torch.arange(n))
-    assert graphs.seq_lens[3] == n and graphs.block_table[3, 0] == PAD_PAGE
+    assert torch.equal(static.input_ids[pad], torch.zeros(n, dtype=torch.long))
+    assert torch.equal(static.positions[pad], torch.arange(n))
+    assert torch.equal(static.out_cache_loc[pad], PAD_PAGE * PAGE + torch.arange(n))
+    assert torch.equal(static.logits_rows[3 if n == 1 else pad], torch.tensor(3 if n == 1 else list(range(t, t + n))))
+    assert static.seq_lens[3] == n and static.block_table[3, 0] == PAD_PAGE
 
 
 def test_graphs_serve_only_the_batches_their_captures_replay(cpu_model):

@@ -56,7 +56,7 @@ def test_chain_speculation_gives_exactly_the_plain_greedy_tokens(checkpoint, nam
     spec = engine(checkpoint(name), page_size, speculative_algorithm="mtp", speculative_num_steps=steps)
     got = run_all(spec, {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS)})
     assert got == plain_greedy(checkpoint, name)
-    assert spec.cache.allocator.num_free == spec.cache.allocator.num_pages
+    assert spec.cache.allocator.num_free == spec.num_kv_pages
 
 
 @pytest.mark.parametrize("corrupt_last", [False, True])
@@ -68,8 +68,8 @@ def test_accepted_drafts_keep_their_kv_and_stay_lossless(checkpoint, corrupt_las
     real_draft = spec.drafter.draft
     ids: dict[str, str] = {}
 
-    def oracle_draft(items):
-        real_draft(items)  # keeps the MTP layer's own KV up to date
+    def oracle_draft(items, target):
+        real_draft(items, target)  # keeps the MTP layer's own KV up to date
         for it in items:
             if it.seq.draft:
                 n = len(it.seq.output_ids)
@@ -86,7 +86,7 @@ def test_accepted_drafts_keep_their_kv_and_stay_lossless(checkpoint, corrupt_las
     rate = sum(o.num_accepted_draft_tokens for o in finals.values()) / sum(
         o.num_draft_tokens for o in finals.values())
     assert (0.6 < rate < 0.7) if corrupt_last else rate == 1.0
-    assert spec.cache.allocator.num_free == spec.cache.allocator.num_pages
+    assert spec.cache.allocator.num_free == spec.num_kv_pages
 
 
 def test_llm_api_reports_the_same_text_with_speculation(checkpoint):
@@ -158,7 +158,7 @@ def test_cancelling_mid_speculation_frees_every_page_drafts_included(checkpoint)
     seq = e.sequences["a"]
     assert seq.draft and seq.num_draft_tokens > 0
     e.abort("a")
-    assert e.cache.allocator.num_free == e.cache.allocator.num_pages
+    assert e.cache.allocator.num_free == e.num_kv_pages
 
 
 @pytest.mark.parametrize("spec, message", [

@@ -6,54 +6,62 @@ last row (at position base, the tree's root) gives the first level: the topk mos
 Each further step feeds the frontier (the topk best nodes of the last level by cumulative draft
 log-probability) with the MTP layer's own hidden state of its parent's row (EAGLE-style), one
 position deeper; every fed node gets its own KV slot, base + its MTP node id, and sees the prefix
-plus its ancestors (a TreeLayout). With topk 1 this is a plain chain in plain positions. Every
-MTP KV row a draft step writes is rewritten by a later DRAFT_EXTEND before it is read as history.
+plus its ancestors (a TreeLayout). With topk 1 this is a plain chain in plain positions, drafted
+on the GPU alone (spec/chain.py). Every MTP KV row a draft step writes is rewritten by a later
+DRAFT_EXTEND before it is read as history.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
 
 from dsa_backend.batch import ForwardBatch, ForwardMode, TreeLayout
 from dsa_backend.cache import KVCache
-from dsa_backend.models import DsaForCausalLM
+from dsa_backend.models import DsaForCausalLM, ForwardOutput
 from dsa_backend.sequence import Sequence
+from dsa_backend.spec.chain import ChainDraftGraphs, chain_reach, draft_chain, held_page_tables
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.tree import DraftTree, best_first_tree
 
 
 @dataclass(frozen=True)
 class DraftInput:
-    """One request's verified span: MTP positions start.., the tokens one position ahead, and
-    the target's hidden [n, hidden] and last-layer top-k [n, index_topk] (None unless the MTP
-    layer reuses it) at those positions."""
+    """One request's verified span: MTP positions start.., the tokens one position ahead, and the
+    target output's rows at those positions (its hidden and, for a chain, its last layer's top-k)."""
 
     seq: Sequence
     start: int
     tokens: list[int]
-    hidden: torch.Tensor
-    topk: torch.Tensor | None
+    rows: list[int]
     wants_drafts: bool
 
 
 class MtpDrafter:
+    """Drafts for the engine's requests. held_page: a page for a chain's writes past a request's
+    own pages; graphs: captured chain drafts (None: eager)."""
+
     def __init__(self, model: DsaForCausalLM, cache: KVCache, spec: SpecConfig, page_size: int,
-                 device: torch.device):
+                 device: torch.device, held_page: int | None = None, graphs: ChainDraftGraphs | None = None):
         self.model, self.cache, self.spec = model, cache, spec
         self.page_size, self.device = page_size, device
+        self.held_page, self.graphs = held_page, graphs
 
-    def draft(self, items: list[DraftInput]) -> None:
-        """Run DRAFT_EXTEND for every item; set seq.draft of those that want drafts."""
+    def draft(self, items: list[DraftInput], target: ForwardOutput) -> None:
+        """Run DRAFT_EXTEND for every item over the target output's rows; set seq.draft of those
+        that want drafts."""
         if not items:
+            return
+        if self.spec.is_chain:
+            self._draft_chain(items, target)
             return
         batch = ForwardBatch.build(ForwardMode.DRAFT_EXTEND, [it.tokens for it in items],
                                    [it.start for it in items], [it.seq.pages for it in items],
                                    self.page_size, self.device)
-        # Reusing the target's top-k is valid here: same positions, same causal history.
-        topk = torch.cat([it.topk for it in items]) if self.spec.reuses_topk else None
-        out = self.model.forward_mtp(batch, self.cache, torch.cat([it.hidden for it in items]), topk)
+        rows = torch.tensor([r for it in items for r in it.rows], device=self.device)
+        out = self.model.forward_mtp(batch, self.cache, target.hidden[rows])
         wanted = [i for i, it in enumerate(items) if it.wants_drafts]
         if not wanted:
             return
@@ -63,6 +71,30 @@ class MtpDrafter:
         trees = self._grow(seqs, roots, out.logits[wanted], out.hidden[last_rows], out.topk[last_rows])
         for seq, tree in zip(seqs, trees):
             seq.draft = tree
+
+    def _draft_chain(self, items: list[DraftInput], target: ForwardOutput) -> None:
+        """Every request drafts (draft_chain); those that want them keep theirs. For a graph replay
+        each span is padded to num_steps + 1 rows (token 0, the span's last target row)."""
+        steps, n = self.spec.num_steps, self.spec.num_steps + 1
+        padded = n if self.graphs is not None and all(len(it.tokens) <= n for it in items) else None
+        pad = [(padded or 0) - len(it.tokens) for it in items]
+        rows = torch.tensor([r for it, p in zip(items, pad) for r in it.rows + it.rows[-1:] * p], device=self.device)
+        ends = [it.start + chain_reach(len(it.tokens), steps, padded) for it in items]
+        tables = held_page_tables([it.seq.pages for it in items], ends, self.page_size, self.held_page)
+        batch = ForwardBatch.build(ForwardMode.DRAFT_EXTEND, [it.tokens + [0] * p for it, p in zip(items, pad)],
+                                   [it.start for it in items], tables, self.page_size, self.device)
+        firsts = itertools.accumulate(batch.extend_lens_cpu, initial=0)
+        batch.logits_rows = torch.tensor([first + len(it.tokens) - 1 for first, it in zip(firsts, items)],
+                                         device=self.device)
+        hidden, topk = target.hidden[rows], target.topk[rows] if self.spec.reuses_topk else None
+        context = max(ends)
+        if padded and self.graphs.serves(batch, context):
+            drafts = self.graphs.draft(batch, hidden, topk, context)
+        else:
+            drafts = draft_chain(self.model, self.cache, batch, hidden, topk, steps, context)
+        for it, tokens in zip(items, drafts.tolist()):
+            if it.wants_drafts:
+                it.seq.draft = DraftTree.chain(tokens)
 
     def _grow(self, seqs: list[Sequence], roots: list[int], logits: torch.Tensor, hidden: torch.Tensor,
               topk: torch.Tensor) -> list[DraftTree]:

@@ -1,0 +1,84 @@
+"""Chain drafting on the GPU alone (dsa_backend/spec/chain.py): spans padded for a graph replay,
+tables that reach the held page, and the replays themselves (GPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsa_backend import LLM, SamplingParams
+from dsa_backend.engine import Engine
+from dsa_backend.spec.chain import ChainDraftGraphs, chain_reach, held_page_tables
+from test_engine import run_all
+from test_spec import GREEDY, PROMPTS, engine, plain_greedy
+
+
+def test_a_chain_writes_its_span_or_padding_and_then_its_steps_past_the_root():
+    assert chain_reach(span=1, num_steps=3, padded_to=None) == 3      # root, then steps 1 and 2
+    assert chain_reach(span=4, num_steps=3, padded_to=None) == 6
+    assert chain_reach(span=1, num_steps=3, padded_to=4) == 4         # padding rows reach further
+    assert chain_reach(span=4, num_steps=3, padded_to=4) == 6
+
+
+def test_tables_reach_the_held_page_only_past_a_requests_own_pages():
+    tables = held_page_tables([[3, 4], [5], [6, 7]], ends=[40, 33, 16], page_size=16, held_page=99)
+    assert tables == [[3, 4, 99], [5, 99, 99], [6, 7]]
+
+
+def _record_drafts(e: Engine) -> list[tuple[str, tuple[int, ...] | None]]:
+    """Every draft the engine's drafter sets, in order."""
+    drafts, real = [], e.drafter.draft
+
+    def draft(items, target):
+        real(items, target)
+        drafts.extend((it.seq.request_id, it.seq.draft and it.seq.draft.tokens) for it in items)
+
+    e.drafter.draft = draft
+    return drafts
+
+
+@pytest.mark.parametrize("name, steps, page_size", [("deepseek_v32", 2, 16), ("glm_moe_dsa", 3, 1),
+                                                    ("glm_shared_freq", 2, 64)])
+def test_drafts_of_spans_padded_for_a_replay_equal_the_unpadded_drafts(checkpoint, name, steps, page_size):
+    # Off CUDA a graph set runs its step eagerly on its static buffers: the padding, the held-page
+    # tables and the static copies are what a replay runs. Padding rows write past the span; if
+    # any row read them, the MTP layer's drafts would change.
+    spec = dict(speculative_algorithm="mtp", speculative_num_steps=steps)
+    requests = {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS)}
+    eager = engine(checkpoint(name), page_size, **spec)
+    eager_drafts = _record_drafts(eager)
+    padded = engine(checkpoint(name), page_size, **spec)
+    graphs = ChainDraftGraphs(padded.model, padded.cache, steps, padded.spec.reuses_topk,
+                              padded.args.max_running_requests, padded.max_model_len, padded.drafter.held_page)
+    padded.drafter.graphs = graphs
+    replays, real_replay = [], graphs.replay
+    graphs.replay = lambda batch, context: replays.append(batch.batch_size) or real_replay(batch, context)
+    padded_drafts = _record_drafts(padded)
+    assert run_all(padded, requests) == run_all(eager, requests) == plain_greedy(checkpoint, name)
+    assert len(replays) > 20 and padded_drafts == eager_drafts
+    assert padded.cache.allocator.num_free == padded.num_kv_pages
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["deepseek_v32", "glm_moe_dsa"])
+def test_chain_drafts_replayed_in_graphs_equal_the_eager_engines(checkpoint, name, monkeypatch):
+    # Two requests at most: every batch fills its bucket, so the replays launch the eager
+    # drafter's kernels at its shapes (but for the padding and the context bucket).
+    args = dict(device="cuda", page_size=16, num_kv_pages=256, max_running_requests=2, max_model_len=2048,
+                speculative_algorithm="mtp", speculative_num_steps=3)
+    prompts = [list(range(300, 340)), list(range(1000, 1900, 3))]
+    params = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
+    eager_llm = LLM(checkpoint(name), cuda_graph=False, **args)
+    eager_drafts = _record_drafts(eager_llm.engine)
+    eager = [out.token_ids for out in eager_llm.generate(prompts, params)]
+    llm = LLM(checkpoint(name), **args)
+    graphs = llm.engine.drafter.graphs
+    replays, real_replay = [], graphs.replay
+    monkeypatch.setattr(graphs, "replay", lambda batch, context: replays.append(batch.batch_size)
+                        or real_replay(batch, context))
+    drafts = _record_drafts(llm.engine)
+    assert [out.token_ids for out in llm.generate(prompts, params)] == eager
+    assert len(replays) >= 8 and graphs.graphs
+    # argmax drafts of bf16 logits: a near tie may break the other way in a padded batch
+    same = sum(a == b for a, b in zip(drafts, eager_drafts))
+    assert len(drafts) == len(eager_drafts) and same >= 0.9 * len(drafts)
+    assert llm.engine.cache.allocator.num_free == llm.engine.num_kv_pages
