@@ -139,9 +139,9 @@ class ForwardBatch:
                 cache_positions += [prefix + a[-1] for a in tree.ancestors]
                 bases += [prefix] * n
                 ancestors += list(tree.ancestors)
-        # Plain lists, one tensor a field at the end: every step builds a batch, and with a small
-        # tensor or two a request, the build took 0.75 ms of a 6.6 ms graphed decode step at 32
-        # requests (H100 machine, docs/PERFORMANCE.md, "CUDA graphs for decode steps").
+        # Plain lists, made tensors at the end: every step builds a batch, and with a small tensor
+        # or two a request, the build took 0.75 ms of a 6.6 ms graphed decode step at 32 requests
+        # (H100 machine, docs/PERFORMANCE.md, "CUDA graphs for decode steps").
         ends = list(itertools.accumulate(extend))
         seq = [max(cache_positions[e - n: e]) + 1 for e, n in zip(ends, extend)]
         for r, (length, pages) in enumerate(zip(seq, page_tables)):
@@ -150,7 +150,6 @@ class ForwardBatch:
         slots = [pages[pos // page_size] * page_size + pos % page_size
                  for pages, e, n in zip(page_tables, ends, extend) for pos in cache_positions[e - n: e]]
         width = max(len(p) for p in page_tables)
-        table = torch.tensor([p + [0] * (width - len(p)) for p in page_tables], dtype=torch.int32)
         flags = all_logits if isinstance(all_logits, list) else [all_logits] * len(extend)
         rows = [i for e, n, every in zip(ends, extend, flags) for i in (range(e - n, e) if every else (e - 1,))]
         tree = None
@@ -158,17 +157,13 @@ class ForwardBatch:
             depth = max(len(a) for a in ancestors)
             padded = torch.tensor([list(a) + [-1] * (depth - len(a)) for a in ancestors])
             tree = TreeVisibility(torch.tensor(bases).to(device), padded.to(device))
-        return cls(
-            mode=mode,
-            input_ids=torch.tensor([t for ids in input_ids for t in ids], dtype=torch.long, device=device),
-            positions=torch.tensor(positions).to(device),
-            out_cache_loc=torch.tensor(slots).to(device),
-            seq_lens=torch.tensor(seq, dtype=torch.int32, device=device),
-            extend_lens=torch.tensor(extend, dtype=torch.int32, device=device),
-            seq_lens_cpu=seq,
-            extend_lens_cpu=extend,
-            block_table=table.to(device),
-            page_size=page_size,
-            logits_rows=torch.tensor(rows).to(device),
-            tree=tree,
-        )
+        # Two host-to-device copies, one a dtype, each field a view of one: a copy costs more
+        # host time than the Python that fills it.
+        tokens = len(positions)
+        longs = torch.tensor([t for ids in input_ids for t in ids] + positions + slots + rows,
+                             dtype=torch.long).to(device).split([tokens, tokens, tokens, len(rows)])
+        table = [page for pages in page_tables for page in pages + [0] * (width - len(pages))]
+        ints = torch.tensor(seq + extend + table, dtype=torch.int32).to(device).split([len(seq), len(seq), len(table)])
+        return cls(mode=mode, input_ids=longs[0], positions=longs[1], out_cache_loc=longs[2], seq_lens=ints[0],
+                   extend_lens=ints[1], seq_lens_cpu=seq, extend_lens_cpu=extend,
+                   block_table=ints[2].view(len(seq), width), page_size=page_size, logits_rows=longs[3], tree=tree)

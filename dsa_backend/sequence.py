@@ -53,7 +53,8 @@ class Sequence:
         prompt_len = len(self.prompt_ids)
         if end <= prompt_len:
             return self.prompt_ids[start:end]
-        return (self.prompt_ids + self.output_ids)[start:end]
+        # slice each part: a decode step asks for one token of a long context, every step
+        return self.prompt_ids[start:] + self.output_ids[max(0, start - prompt_len):end - prompt_len]
 
     @property
     def is_finished(self) -> bool:
