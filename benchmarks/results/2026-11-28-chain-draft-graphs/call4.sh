@@ -1,0 +1,22 @@
+#!/bin/bash
+# Session 51, call 4: GPU tests after the packed batch build; build micro-bench; engine A/B against b65d86f
+# The base tree: git archive b65d86f dsa_backend benchmarks/bench_engine.py benchmarks/report.py | tar -x -C .ab/s51/base (carried with .ab/s51)
+set -u
+nvidia-smi --query-gpu=name,power.limit --format=csv,noheader | tee $OUT/gpu.txt
+source .device/setup.sh && mkdir -p /tmp/dsa && ln -sfn "$PWD/kernels" /tmp/dsa/dsa_kernels && echo /tmp/dsa > "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_dsa_kernels.pth"
+start=$(date +%s)
+echo "== tests $(date +%T)"
+timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_spec_chain.py tests/test_cuda_graphs.py > $OUT/tests.txt 2>&1
+grep -v "^  " $OUT/tests.txt | tail -8
+echo "== build bench $(date +%T)"
+timeout 60 python3 benchmarks/results/2026-11-28-chain-draft-graphs/build_bench.py 2>&1 | tail -2 | tee $OUT/build_bench.json
+echo "== checkpoint $(date +%T)"
+timeout 100 python3 -m dsa_backend.tools.make_checkpoint --arch deepseek_v32 --preset v32-slice --out /tmp/v32 --fp8 >/dev/null
+for b in 32 1; do for tree in new base; do
+  left=$(( 580 - $(date +%s) + start )); [ $left -lt 40 ] && break 2
+  echo "== engine spec2 b$b $tree ($left s) $(date +%T)"
+  pp=""; [ $tree = base ] && pp=$PWD/.ab/s51/base
+  PYTHONPATH=$pp timeout $(( left < 150 ? left : 150 )) python3 benchmarks/bench_engine.py --model /tmp/v32 --batch $b --prompt-len 2112 --steps 16 --rounds 3 \
+    --backends graph --speculative-num-steps 2 --json "$OUT/engine_spec2_b${b}_$tree.json" 2>&1 | grep -v '^{' | tail -3
+done; done
+date +%T
