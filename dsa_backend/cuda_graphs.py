@@ -71,7 +71,6 @@ class StaticBatch:
         # A padding request's tokens sit at positions 0..n-1, every page of its table the held one.
         self.pad_positions = torch.arange(n, **long).repeat(max_requests)
         self.pad_slots = pad_page * page_size + self.pad_positions % page_size
-        self.pad_pages = pages_needed(n, page_size)
         # a request's logits rows: every token's, or its last token's
         self.pad_logits_rows = (torch.arange(tokens, **long) if rows_per_request == n
                                 else torch.arange(max_requests, **long) * n + n - 1)
@@ -106,15 +105,15 @@ class StaticBatch:
         self.pad(b, requests)
 
     def pad(self, first: int, requests: int) -> None:
-        """Requests [first, requests) become padding: of its table row a padding request reads
-        the first pad_pages columns only."""
+        """Requests [first, requests) become padding. Their whole table rows name the held page:
+        a chain's draft steps reach past a padding request's n tokens (spec/chain.py)."""
         if requests > first:
             tokens = slice(first * self.n, requests * self.n)
             self.input_ids[tokens] = 0
             self.positions[tokens] = self.pad_positions[tokens]
             self.out_cache_loc[tokens] = self.pad_slots[tokens]
             self.seq_lens[first:requests] = self.n
-            self.block_table[first:requests, : self.pad_pages] = self.pad_page
+            self.block_table[first:requests] = self.pad_page
             rows = slice(first * self.rows_per_request, requests * self.rows_per_request)
             self.logits_rows[rows] = self.pad_logits_rows[rows]
 

@@ -69,7 +69,7 @@ def test_a_batch_is_copied_in_and_the_requests_past_it_pad_the_held_page(cpu_mod
     assert torch.equal(static.positions[pad], torch.arange(n))
     assert torch.equal(static.out_cache_loc[pad], PAD_PAGE * PAGE + torch.arange(n))
     assert torch.equal(static.logits_rows[3 if n == 1 else pad], torch.tensor(3 if n == 1 else list(range(t, t + n))))
-    assert static.seq_lens[3] == n and static.block_table[3, 0] == PAD_PAGE
+    assert static.seq_lens[3] == n and bool((static.block_table[3] == PAD_PAGE).all())
 
 
 def test_graphs_serve_only_the_batches_their_captures_replay(cpu_model):

@@ -58,6 +58,25 @@ def test_drafts_of_spans_padded_for_a_replay_equal_the_unpadded_drafts(checkpoin
     assert padded.cache.allocator.num_free == padded.num_kv_pages
 
 
+def test_padding_requests_of_a_replay_write_only_the_held_page(checkpoint):
+    # Page size 1: the draft steps of a padding request (positions n - 1 + step) reach past its n
+    # tokens' table columns, into columns an earlier, larger batch left naming its pages.
+    e = engine(checkpoint("deepseek_v32"), 1, speculative_algorithm="mtp", speculative_num_steps=3)
+    e.drafter.graphs = graphs = ChainDraftGraphs(e.model, e.cache, 3, e.spec.reuses_topk, 8, e.max_model_len,
+                                                 e.drafter.held_page)
+    stale = e.num_kv_pages - 1            # a page no request holds
+    graphs.static.block_table.fill_(stale)
+    for i, prompt in enumerate(PROMPTS[:3]):
+        e.add_request(f"r{i}", prompt, GREEDY)
+    while any(len(s.output_ids) < 2 for s in e.sequences.values()):
+        e.step()
+    mla = e.cache.mla.buffer.clone()
+    e.step()                              # verify and draft 3 requests: bucket 4, one padding request
+    changed = (e.cache.mla.buffer != mla).flatten(2).any(-1).any(0).nonzero().flatten().tolist()
+    owned = {p for s in e.sequences.values() for p in s.pages} | {graphs.pad_page}
+    assert changed and set(changed) <= owned and graphs.pad_page in changed
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["deepseek_v32", "glm_moe_dsa"])
 def test_chain_drafts_replayed_in_graphs_equal_the_eager_engines(checkpoint, name, monkeypatch):
