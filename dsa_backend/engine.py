@@ -278,7 +278,9 @@ class Engine:
         outputs, accepted = [], {}
         if rows:
             sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device)
-            processed = process_logits(out.logits[logit_rows], sampling)
+            # every row, when every chunk completes: no gather of [rows, vocab]
+            logits = out.logits if len(logit_rows) == out.logits.shape[0] else out.logits[logit_rows]
+            processed = process_logits(logits, sampling)
             # Greedy requests walk their trees on the host from one argmax transfer; only sampled
             # ones need the target distributions (and a device read per child).
             argmax = processed.argmax(dim=-1).tolist() if sampling.any_greedy else None
