@@ -18,5 +18,5 @@ for tree in base new; do
 done
 left=$(( 575 - $(date +%s) + start ))
 echo "== spec parts new ($left s) $(date +%T)"
-timeout $left python3 benchmarks/results/2026-11-28-chain-draft-graphs/spec_parts.py --model /tmp/v32 --batch 32 --num-steps 2 --json $OUT/spec_parts_b32.json 2>&1 | tail -2
+timeout $left python3 benchmarks/results/2026-11-27-cuda-graphs/spec_parts.py --model /tmp/v32 --batch 32 --num-steps 2 --json $OUT/spec_parts_b32.json 2>&1 | tail -2
 date +%T
