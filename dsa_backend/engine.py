@@ -270,9 +270,10 @@ class Engine:
                 first_row[i] = len(logit_rows)
                 seq = chunk.seq
                 for node in range(tree.num_nodes):
-                    # a node is judged as if its path were already output (penalties, min_tokens)
-                    rows.append(SamplingRow(seq.params, seq.prompt_ids, seq.output_ids + tree.path_tokens(node),
-                                            seq.generator))
+                    # A node is judged as if its path were already output (penalties, min_tokens,
+                    # bad words); only rows that read the output pay for a copy of it.
+                    output = seq.output_ids + tree.path_tokens(node) if seq.params.reads_output else seq.output_ids
+                    rows.append(SamplingRow(seq.params, seq.prompt_ids, output, seq.generator))
                     logit_rows.append(row + node)
             row += tree.num_nodes
         outputs, accepted = [], {}

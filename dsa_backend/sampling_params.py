@@ -65,6 +65,12 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    @property
+    def reads_output(self) -> bool:
+        """Whether sampling looks at the output so far: min_tokens, bad words or a penalty."""
+        return (self.min_tokens > 0 or bool(self.bad_words_ids) or self.repetition_penalty != 1
+                or self.frequency_penalty != 0 or self.presence_penalty != 0)
+
 
 def _check(ok: bool, message: str) -> None:
     if not ok:

@@ -313,3 +313,25 @@ def test_seeded_and_greedy_rows_are_batch_invariant_on_cuda():
 
     alone = run(0, 1)
     assert all(run(p, n) == alone for p, n in [(0, 8), (5, 32), (100, 256)])
+
+
+# What reads the output so far (the engine copies a verified node's path into it only then)
+
+@pytest.mark.parametrize("params", [dict(), dict(temperature=0.7, top_k=5, top_p=0.9, min_p=0.1, seed=1),
+                                    dict(stop_token_ids=[3], max_tokens=8)])
+def test_params_that_do_not_read_the_output_process_logits_alike_for_any_output(params):
+    assert not SamplingParams(**params).reads_output
+    logits = torch.randn(1, VOCAB, generator=torch.Generator().manual_seed(0))
+    processed = [process_logits(logits, build(row([1, 2], output, **params))) for output in ([], [3, 4, 5, 3])]
+    assert torch.equal(*processed)
+
+
+@pytest.mark.parametrize("params", [dict(min_tokens=2, stop_token_ids=[3]), dict(bad_words_ids=[[4, 3]]),
+                                    dict(repetition_penalty=1.5), dict(frequency_penalty=1.0),
+                                    dict(presence_penalty=1.0)])
+def test_params_that_read_the_output_say_so(params):
+    assert SamplingParams(max_tokens=8, **params).reads_output
+    logits = torch.randn(1, VOCAB, generator=torch.Generator().manual_seed(0))
+    processed = [process_logits(logits, build(row([1, 2], output, max_tokens=8, **params)))
+                 for output in ([], [5, 4, 3, 4])]
+    assert not torch.equal(*processed)

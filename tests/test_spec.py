@@ -89,6 +89,31 @@ def test_accepted_drafts_keep_their_kv_and_stay_lossless(checkpoint, corrupt_las
     assert spec.cache.allocator.num_free == spec.num_kv_pages
 
 
+def test_accepted_drafts_are_judged_with_their_path_as_output(checkpoint):
+    # Each verified node is sampled as if the drafts above it were already output. Here min_tokens
+    # unbans the stop token exactly at output 10, where the plain greedy output has it: a node
+    # judged without its path would still ban it there. Drafts are the plain continuation.
+    plain = plain_greedy(checkpoint, "deepseek_v32")
+    requests = {rid: (p, SamplingParams(max_tokens=40, temperature=0, ignore_eos=True, min_tokens=10,
+                                        stop_token_ids=[plain[rid][10]]))
+                for rid, p in zip(plain, PROMPTS[:4])}
+    expected = run_all(engine(checkpoint("deepseek_v32"), 16), requests)
+    assert all(tokens == plain[rid][:11] for rid, tokens in expected.items())
+    spec = engine(checkpoint("deepseek_v32"), 16, speculative_algorithm="mtp", speculative_num_steps=3)
+    real_draft = spec.drafter.draft
+
+    def oracle_draft(items, target):
+        real_draft(items, target)
+        for it in items:
+            if it.seq.draft:
+                n = len(it.seq.output_ids)
+                drafts = expected[it.seq.request_id][n:n + 3]
+                it.seq.draft = DraftTree.chain(drafts) if drafts else None
+
+    spec.drafter.draft = oracle_draft
+    assert run_all(spec, requests) == expected
+
+
 def test_llm_api_reports_the_same_text_with_speculation(checkpoint):
     path = checkpoint("glm_moe_dsa")
     params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
