@@ -77,6 +77,7 @@ class ChainDraftGraphs(BucketedGraphs):
         self.drafts = torch.zeros(max_batch, num_steps, dtype=torch.long, device=device)
 
     def serves(self, batch: ForwardBatch, context: int) -> bool:
+        """A padded DRAFT_EXTEND batch within the buckets, for the captured backend."""
         return self.model.backend is self.backend and self.fits(batch, context)
 
     def draft(self, batch: ForwardBatch, hidden: torch.Tensor, topk: torch.Tensor | None, context: int) -> torch.Tensor:
