@@ -24,6 +24,16 @@ def test_tables_reach_the_held_page_only_past_a_requests_own_pages():
     assert tables == [[3, 4, 99], [5, 99, 99], [6, 7]]
 
 
+def test_a_step_of_prompt_chunks_runs_the_mtp_layer_once_and_drafts_nothing(checkpoint):
+    e = engine(checkpoint("deepseek_v32"), 16, speculative_algorithm="mtp", speculative_num_steps=3,
+               max_num_batched_tokens=32)
+    calls, real = [], e.model.forward_mtp
+    e.model.forward_mtp = lambda batch, *args: calls.append(batch.num_tokens) or real(batch, *args)
+    e.add_request("r", PROMPTS[3], GREEDY)  # 100 tokens: chunks of 32
+    e.step()
+    assert calls == [32] and e.sequences["r"].draft is None
+
+
 def _record_drafts(e: Engine) -> list[tuple[str, tuple[int, ...] | None]]:
     """Every draft the engine's drafter sets, in order."""
     drafts, real = [], e.drafter.draft

@@ -87,6 +87,9 @@ class MtpDrafter:
         batch.logits_rows = torch.tensor([first + len(it.tokens) - 1 for first, it in zip(firsts, items)],
                                          device=self.device)
         hidden, topk = target.hidden[rows], target.topk[rows] if self.spec.reuses_topk else None
+        if not any(it.wants_drafts for it in items):  # chunks of prompts: the MTP layer's KV only
+            self.model.forward_mtp(batch, self.cache, hidden, topk)
+            return
         context = max(ends)
         if padded and self.graphs.serves(batch, context):
             drafts = self.graphs.draft(batch, hidden, topk, context)
