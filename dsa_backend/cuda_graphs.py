@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -131,12 +132,12 @@ class StaticBatch:
 
 class BucketedGraphs:
     """Graphs of one step over a StaticBatch, by (batch bucket, context bucket), each captured on
-    its bucket's first use. A subclass says what a graph runs (`_run`, which writes its results
-    to static tensors); every graph of the set allocates from one memory pool, which is safe as
-    one graph replays at a time and what a graph makes on the way is dead after it."""
+    its bucket's first use. `run` is what a graph runs on a view of the static batch; it writes its
+    results to static tensors. Every graph of the set allocates from one memory pool, which is
+    safe as one graph replays at a time and what a graph makes on the way is dead after it."""
 
-    def __init__(self, static: StaticBatch, max_context: int):
-        self.static = static
+    def __init__(self, static: StaticBatch, max_context: int, run: Callable[[ForwardBatch], None]):
+        self.static, self.run = static, run
         self.batch_buckets = batch_buckets(static.max_requests)
         self.context_buckets = context_buckets(max_context)
         self.stream = self.pool = None  # made by the first capture (the rest also runs on the CPU, for tests)
@@ -146,27 +147,22 @@ class BucketedGraphs:
     def pad_page(self) -> int:
         return self.static.pad_page
 
-    def _run(self, batch: ForwardBatch) -> None:
-        raise NotImplementedError
-
     def fits(self, batch: ForwardBatch, max_context: int) -> bool:
         """Whether a replay can serve `batch`, whose steps reach max_context keys."""
         return self.static.holds(batch) and max_context <= self.context_buckets[-1]
 
-    def replay(self, batch: ForwardBatch, max_context: int) -> int:
-        """Fill the static batch from `batch` and replay its bucket's graph (captured now if new);
-        returns the padded request count."""
+    def replay(self, batch: ForwardBatch, max_context: int) -> None:
+        """Fill the static batch from `batch` and replay its bucket's graph (captured now if new)."""
         requests = _bucket(self.batch_buckets, batch.batch_size)
         context = _bucket(self.context_buckets, max_context)
         self.static.fill(batch, requests)
         if self.static.input_ids.device.type != "cuda":  # no graphs: the step runs eagerly on the buffers (tests)
-            self._run(self.static.view(requests, context))
-            return requests
+            self.run(self.static.view(requests, context))
+            return
         key = (requests, context)
         if key not in self.graphs:
             self.graphs[key] = self._capture(requests, context)
         self.graphs[key].replay()
-        return requests
 
     def _capture(self, requests: int, context: int) -> torch.cuda.CUDAGraph:
         start = time.perf_counter()
@@ -176,11 +172,11 @@ class BucketedGraphs:
         batch = self.static.view(requests, context)
         self.stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.stream):
-            self._run(batch)  # eager first, on the capture stream (module docstring)
+            self.run(batch)  # eager first, on the capture stream (module docstring)
         graph = torch.cuda.CUDAGraph()
         # thread_local: in a server the engine thread captures while other threads may touch CUDA
         with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
-            self._run(batch)
+            self.run(batch)
         torch.cuda.current_stream().wait_stream(self.stream)
         logger.info("captured a %s graph for %d requests, contexts up to %d, in %.2f s (%d graphs)",
                     self.static.mode.name, requests, context, time.perf_counter() - start, len(self.graphs) + 1)
@@ -206,7 +202,7 @@ class DecodeGraphs(BucketedGraphs):
         mode = ForwardMode.DECODE if n == 1 else ForwardMode.TARGET_VERIFY
         device = cache.mla.buffer.device
         super().__init__(StaticBatch(mode, max_batch, n, n, pages_needed(max_context, cache.page_size), pad_page,
-                                     cache.page_size, device), max_context)
+                                     cache.page_size, device), max_context, self._forward_to_out)
         self.model, self.cache, self.n, self.mode = model, cache, n, mode
         # What the graphs replay is this backend's launches: a forward with another one set on the
         # model (a test or benchmark comparing backends) takes the eager path.
@@ -232,7 +228,7 @@ class DecodeGraphs(BucketedGraphs):
         t = batch.num_tokens
         return ForwardOutput(self.out.logits[:t], self.out.hidden[:t], self.out.topk[:t])
 
-    def _run(self, batch: ForwardBatch) -> None:
+    def _forward_to_out(self, batch: ForwardBatch) -> None:
         out = self.model(batch, self.cache)
         for name in ("logits", "hidden", "topk"):
             getattr(self.out, name)[: batch.num_tokens].copy_(getattr(out, name))

@@ -68,7 +68,7 @@ class ChainDraftGraphs(BucketedGraphs):
         # the table reaches past the context by a span and the steps after it
         width = pages_needed(max_context + chain_reach(n, num_steps, n), page)
         super().__init__(StaticBatch(ForwardMode.DRAFT_EXTEND, max_batch, n, 1, width, pad_page, page, device),
-                         max_context)
+                         max_context, self._draft_to_static)
         self.model, self.cache, self.num_steps = model, cache, num_steps
         self.backend = model.backend
         c, tokens = model.config, max_batch * n
@@ -89,7 +89,7 @@ class ChainDraftGraphs(BucketedGraphs):
         self.replay(batch, context)
         return self.drafts[: batch.batch_size]
 
-    def _run(self, batch: ForwardBatch) -> None:
+    def _draft_to_static(self, batch: ForwardBatch) -> None:
         t, context = batch.num_tokens, batch.max_seq_len
         topk = None if self.topk is None else self.topk[:t]
         drafts = draft_chain(self.model, self.cache, batch, self.hidden[:t], topk, self.num_steps, context)
