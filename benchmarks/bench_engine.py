@@ -1,8 +1,8 @@
-"""Engine decode throughput: the kernel backend replaying CUDA graphs (graph), the kernel backend
-eagerly (kernel), and the reference (torch) DSA backend.
+"""Engine decode throughput: the kernel backend replaying CUDA graphs (graph; graph-sync with
+overlap scheduling off), the kernel backend eagerly (kernel), and the reference (torch) DSA backend.
 
     python3 benchmarks/bench_engine.py --model /tmp/v32 [--batch 32] [--prompt-len 2304] [--steps 32] [--rounds 3]
-        [--backends graph,kernel,torch] [--speculative-num-steps 2] [--fp8-weights keep,dequantize]
+        [--backends graph,graph-sync,kernel,torch] [--speculative-num-steps 2] [--fp8-weights keep,dequantize]
 
 All serve the same requests on one Engine (loaded once); only decode steps (every
 request past its prefill) are timed, each on its own too (steps_ms, median_step_ms: a compile or a
@@ -41,10 +41,11 @@ def _sync(engine: Engine) -> None:
         torch.cuda.synchronize()
 
 
-def decode_throughput(engine: Engine, backend, graphs, batch: int, prompt_len: int, steps: int, warmup: int,
-                      tag: str) -> dict:
+def decode_throughput(engine: Engine, backend, graphs, overlap: bool, batch: int, prompt_len: int, steps: int,
+                      warmup: int, tag: str) -> dict:
     engine.model.backend = backend
     engine.graphs = graphs  # None: eager decode steps
+    engine.overlap = overlap and engine.spec is None  # speculative steps read back at once
     gen = torch.Generator().manual_seed(0)
     # Requests prefilled first decode while later ones prefill, so no request may run out of
     # max_tokens inside the timed window: time a fixed number of steps, then abort what is left.
@@ -60,12 +61,15 @@ def decode_throughput(engine: Engine, backend, graphs, batch: int, prompt_len: i
     _sync(engine)
     t0 = time.perf_counter()
     tokens = 0
-    step_ms = []  # each step on its own, so that a stall (a compile, a slow host) shows as one
+    # Each step on its own, so that a stall (a compile, a slow host) shows as one. No sync between
+    # steps: with overlap scheduling a step returns while its forward runs, and the next one's
+    # read back waits for it, so a step's host time is the pipeline's period.
+    step_ms = []
     for _ in range(steps):
         t = time.perf_counter()
         tokens += sum(len(o.new_token_ids) for o in engine.step())
-        _sync(engine)
         step_ms.append(round(1000 * (time.perf_counter() - t), 2))
+    _sync(engine)
     elapsed = time.perf_counter() - t0
     n_steps = steps
     print(f"{tag}: {n_steps} decode steps, {tokens / elapsed:.1f} tokens/s, median step {statistics.median(step_ms):.2f} ms "
@@ -88,7 +92,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--kv-cache-dtype", default="fp8")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--backends", default="graph,kernel,torch", help="comma list of graph, kernel, torch")
+    ap.add_argument("--backends", default="graph,kernel,torch", help="comma list of graph, graph-sync, kernel, torch")
     ap.add_argument("--batch-invariant", action="store_true", help="EngineArgs.batch_invariant (patches this process)")
     ap.add_argument("--rounds", type=int, default=1, help="alternate the backends this many times in this process")
     ap.add_argument("--speculative-num-steps", type=int, default=0,
@@ -108,13 +112,14 @@ def main() -> None:
                                     if a.speculative_num_steps else {})))
         print(f"engine (fp8_weights={setting}) loaded in {time.perf_counter() - t:.1f} s", flush=True)
     backend_tags = a.backends.split(",")
-    if "graph" in backend_tags and any(e.graphs is None for e in engines.values()):
+    if {"graph", "graph-sync"} & set(backend_tags) and any(e.graphs is None for e in engines.values()):
         ap.error("--backends graph needs CUDA graphs, which are off on the CPU and with --batch-invariant")
     runners = {}  # tag -> (engine, DSA backend, graphs)
     for setting, engine in engines.items():
         # graph: the model's own backend (None: the kernel backend on CUDA), the one its graphs captured
-        backends = {"graph": (None, engine.graphs), "kernel": (KernelDsaBackend(), None),
-                    "torch": (TorchDsaBackend(), None)}
+        # graph-sync: graph with overlap scheduling off (each step reads its tokens back before the next)
+        backends = {"graph": (None, engine.graphs, True), "graph-sync": (None, engine.graphs, False),
+                    "kernel": (KernelDsaBackend(), None, True), "torch": (TorchDsaBackend(), None, True)}
         for tag in backend_tags:
             runners[tag if len(settings) == 1 else f"{tag}-{setting}"] = (engine, *backends[tag])
     tags = list(runners)

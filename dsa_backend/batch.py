@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from dsa_backend.transfer import to_device
+
 
 class ForwardMode(enum.Enum):
     EXTEND = enum.auto()          # prefill, or a chunk of it: several new tokens per request
@@ -120,6 +122,7 @@ class ForwardBatch:
         request (speculative verify) rather than only its last. trees[r], when given, lays request
         r's tokens out as draft-tree nodes based at prefix_lens[r] (see TreeLayout).
         """
+        device = torch.device(device)
         extend = [len(ids) for ids in input_ids]
         if any(n == 0 for n in extend):
             raise ValueError("every request in a forward batch needs at least one new token")
@@ -156,14 +159,15 @@ class ForwardBatch:
         if any(t is not None and not t.is_causal for t in trees):
             depth = max(len(a) for a in ancestors)
             padded = torch.tensor([list(a) + [-1] * (depth - len(a)) for a in ancestors])
-            tree = TreeVisibility(torch.tensor(bases).to(device), padded.to(device))
+            tree = TreeVisibility(to_device(torch.tensor(bases), device), to_device(padded, device))
         # Two host-to-device copies, one a dtype, each field a view of one: a copy costs more
-        # host time than the Python that fills it.
+        # host time than the Python that fills it. Neither waits for the GPU (transfer.py).
         tokens = len(positions)
-        longs = torch.tensor([t for ids in input_ids for t in ids] + positions + slots + rows,
-                             dtype=torch.long).to(device).split([tokens, tokens, tokens, len(rows)])
+        longs = to_device(torch.tensor([t for ids in input_ids for t in ids] + positions + slots + rows,
+                                       dtype=torch.long), device).split([tokens, tokens, tokens, len(rows)])
         table = [page for pages in page_tables for page in pages + [0] * (width - len(pages))]
-        ints = torch.tensor(seq + extend + table, dtype=torch.int32).to(device).split([len(seq), len(seq), len(table)])
+        ints = to_device(torch.tensor(seq + extend + table, dtype=torch.int32), device).split(
+            [len(seq), len(seq), len(table)])
         return cls(mode=mode, input_ids=longs[0], positions=longs[1], out_cache_loc=longs[2], seq_lens=ints[0],
                    extend_lens=ints[1], seq_lens_cpu=seq, extend_lens_cpu=extend,
                    block_table=ints[2].view(len(seq), width), page_size=page_size, logits_rows=longs[3], tree=tree)

@@ -32,6 +32,7 @@ from dsa_backend.spec.compaction import compact_accepted_path
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.drafter import DraftInput, MtpDrafter
 from dsa_backend.spec.tree import ROOT_ONLY
+from dsa_backend.transfer import HostCopy, to_device
 from dsa_backend.warmup import WarmupShapes, warm_up, warm_up_fp8_gemms
 from dsa_kernels.batch_invariant import enable_batch_invariant_mode
 
@@ -63,6 +64,7 @@ class EngineArgs:
     speculative_num_draft_tokens: int | None = None
     warmup: bool = False                 # CUDA: compile the DSA kernels for every step shape at start (warmup.py)
     cuda_graph: bool = True              # CUDA, bf16: decode (MTP chain: verify) steps replay graphs (cuda_graphs.py)
+    overlap_schedule: bool = True        # no speculation: build step n + 1 while the GPU runs step n
     fp8_weights: str = "auto"            # FP8 checkpoints: keep (e4m3 GEMMs) / dequantize; auto: keep on CUDA >= sm89
 
     def resolved_device(self) -> torch.device:
@@ -86,6 +88,15 @@ class EngineArgs:
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of auto, {', '.join(_DTYPES)}; got {self.dtype!r}")
         return _DTYPES[self.dtype]
+
+
+@dataclass(frozen=True)
+class _SampledStep:
+    """A step's sampled tokens: on the GPU for the next step's inputs, and on their way to the host."""
+
+    seqs: list[Sequence]        # row i's request
+    token_ids: torch.Tensor     # [rows] on the device
+    host: HostCopy              # token ids, logprobs (None unless asked for)
 
 
 @dataclass(frozen=True)
@@ -159,6 +170,9 @@ class Engine:
                 self.drafter.graphs.capture_all()
         self.sequences: dict[str, Sequence] = {}
         self._arrivals = itertools.count()
+        # Overlap scheduling (docs/ENGINE.md): the last step's tokens, read back during the next step
+        self.overlap = args.overlap_schedule and not self.spec
+        self._unread: _SampledStep | None = None
         weights = list(self.model.parameters())
         fp8 = sum(w.numel() for w in weights if w.dtype == torch.float8_e4m3fn)
         logger.info("engine ready: %s on %s/%s, weights %.2f GiB (%.0f%% in e4m3), %d KV pages of %d tokens",
@@ -232,13 +246,20 @@ class Engine:
         return self._output(seq, [], [])
 
     def has_work(self) -> bool:
-        return self.scheduler.has_work()
+        return self.scheduler.has_work() or (self._unread is not None
+                                             and any(not s.is_finished for s in self._unread.seqs))
 
     @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
+        """Run one step. With overlap scheduling it returns the previous step's tokens, read back
+        while this step's forward runs on the GPU."""
+        outputs = []
+        if self._unread is not None and any(s.params.reads_output and not s.is_finished for s in self._unread.seqs):
+            # this step's sampling must see those tokens (penalties, bad words, min_tokens)
+            outputs = self._read_back(self._take_unread())
         chunks = self.scheduler.schedule()
         if not chunks:
-            return []
+            return outputs + self._read_back(self._take_unread())
         batch = self._forward_batch(chunks)
         if self.graphs is not None and self.graphs.serves(batch):
             out = self.graphs.forward(batch)
@@ -248,16 +269,43 @@ class Engine:
             chunk.seq.num_computed += chunk.num_tokens
         if self.spec is not None:
             return self._speculative_step(chunks, batch, out)
+        sampled = self._sample(chunks, out)
+        previous, self._unread = self._unread, sampled
+        outputs += self._read_back(previous)
+        if not self.overlap:
+            outputs += self._read_back(self._take_unread())
+        return outputs
+
+    def _sample(self, chunks: list[ScheduledChunk], out: ForwardOutput) -> _SampledStep | None:
+        """Sample every request whose chunk reached its last token; nothing waits for the GPU."""
         done = [i for i, chunk in enumerate(chunks) if chunk.completes]
         if not done:
-            return []
+            return None
         seqs = [chunks[i].seq for i in done]
         rows = [SamplingRow(s.params, s.prompt_ids, s.output_ids, s.generator) for s in seqs]
         sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device)
-        sampled = sample(out.logits[done], sampling, self.generator)
-        tokens = sampled.token_ids.tolist()
-        logprobs = sampled.logprobs.tolist() if sampled.logprobs is not None else [None] * len(seqs)
-        return [self._append(seq, [token], [logprob]) for seq, token, logprob in zip(seqs, tokens, logprobs)]
+        logits = out.logits if len(done) == len(chunks) else out.logits[to_device(torch.tensor(done), self.device)]
+        sampled = sample(logits, sampling, self.generator)
+        for row, seq in enumerate(seqs):
+            seq.pending_rows.append(row)
+        return _SampledStep(seqs, sampled.token_ids, HostCopy(sampled.token_ids, sampled.logprobs))
+
+    def _take_unread(self) -> _SampledStep | None:
+        unread, self._unread = self._unread, None
+        return unread
+
+    def _read_back(self, sampled: _SampledStep | None) -> list[RequestOutput]:
+        """Append a step's tokens to their requests and check stops. A request that ended since
+        (aborted, or stopped by its token before) has its token dropped."""
+        if sampled is None:
+            return []
+        tokens, logprobs = sampled.host.wait()
+        outputs = []
+        for seq, token, logprob in zip(sampled.seqs, tokens, logprobs or [None] * len(tokens)):
+            if not seq.is_finished:
+                seq.pending_rows.pop(0)
+                outputs.append(self._append(seq, [token], [logprob]))
+        return outputs
 
     def _speculative_step(self, chunks: list[ScheduledChunk], batch: ForwardBatch,
                           out: ForwardOutput) -> list[RequestOutput]:
@@ -347,12 +395,17 @@ class Engine:
             mode = ForwardMode.DECODE
         else:
             mode = ForwardMode.EXTEND
-        return ForwardBatch.build(
+        batch = ForwardBatch.build(
             mode, [c.seq.token_ids(c.start, c.start + c.num_tokens) + list(c.draft.tokens if c.draft else ())
                    for c in chunks],
             [c.start for c in chunks], [c.seq.pages for c in chunks], self.args.page_size, self.device,
             all_logits=[bool(c.draft) for c in chunks],
             trees=[c.draft.layout() if c.draft else None for c in chunks])
+        if any(c.seq.pending_rows for c in chunks):
+            # Tokens the last step sampled and nobody has read yet (Sequence.token_ids: -1 - row)
+            ids = batch.input_ids
+            batch.input_ids = torch.where(ids >= 0, ids, self._unread.token_ids[(-1 - ids).clamp_min(0)])
+        return batch
 
     def _append(self, seq: Sequence, tokens: list[int], logprobs: list[float | None]) -> RequestOutput:
         """Append tokens in order until one stops the request."""
@@ -376,7 +429,7 @@ class Engine:
         if n >= p.min_tokens:
             if token in p.stop_token_ids or (token in self.config.eos_token_ids and not p.ignore_eos):
                 return "stop"
-        if n >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+        if n >= p.max_tokens or len(seq.prompt_ids) + n >= self.max_model_len:
             return "length"
         return None
 

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from dsa_backend.sampling_params import SamplingParams
+from dsa_backend.transfer import to_device
 
 # Logits divided by less can overflow float32 to inf and softmax to NaN; sampling that cold is
 # argmax anyway (vLLM's sampler uses the same floor).
@@ -127,7 +128,7 @@ class SamplingBatch:
             ban_tokens += sorted(banned)
 
         def put(values: list, dtype: torch.dtype) -> torch.Tensor:
-            return _to_device(torch.tensor(values, dtype=dtype), device)
+            return to_device(torch.tensor(values, dtype=dtype), device)
 
         has_bans = bool(ban_tokens)
         return cls(
@@ -269,7 +270,7 @@ def _penalties(rows: Sequence[SamplingRow], vocab_size: int,
         return None
 
     def column(values: list[float]) -> torch.Tensor:
-        return _to_device(torch.tensor(values, dtype=torch.float32).unsqueeze(1), device)
+        return to_device(torch.tensor(values, dtype=torch.float32).unsqueeze(1), device)
 
     # Only rows that use a list ship it: the prompt is the long one and most rows have no penalty.
     return Penalties(
@@ -289,7 +290,7 @@ def _padded(lists: list[Sequence[int]], pad: int, device: torch.device) -> torch
     out = np.full((len(lists), max(map(len, lists))), pad, dtype=np.int64)
     for i, ids in enumerate(lists):
         out[i, :len(ids)] = ids
-    return _to_device(torch.from_numpy(out), device)
+    return to_device(torch.from_numpy(out), device)
 
 
 def _counts(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -298,10 +299,3 @@ def _counts(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
     # Adding 1.0s is exact below 2**24, so atomic-add order on the GPU cannot change the result.
     counts.scatter_add_(1, tokens, torch.ones_like(tokens, dtype=counts.dtype))
     return counts[:, :vocab_size]
-
-
-def _to_device(cpu: torch.Tensor, device: torch.device) -> torch.Tensor:
-    # Pinned memory makes the copy asynchronous, so building a batch never waits on the GPU.
-    if device.type == "cuda":
-        return cpu.pin_memory().to(device, non_blocking=True)
-    return cpu.to(device)

@@ -61,6 +61,8 @@ class Scheduler:
                 break
             if seq not in self.running:  # retracted while making room for an earlier one
                 continue
+            if seq.output_is_complete:  # its last token is on its way back (overlap scheduling)
+                continue
             n = min(seq.num_uncomputed, budget)
             if seq.draft and (n != seq.num_uncomputed or n + seq.draft.num_drafts > budget):
                 seq.draft = None
@@ -122,6 +124,7 @@ class Scheduler:
         elif seq in self.waiting:
             self.waiting.remove(seq)
         self._release(seq)
+        seq.pending_rows = []  # tokens sampled after the end are dropped
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
 

@@ -39,22 +39,36 @@ class Sequence:
     draft: DraftTree | None = None                       # speculative tokens to verify next step
     num_draft_tokens: int = 0                            # drafted so far (for acceptance stats)
     num_accepted_draft_tokens: int = 0
+    # Overlap scheduling: output tokens sampled but not yet read back, each named by its row in
+    # the sampled tokens of the step that made it (on the GPU, where the next step reads it).
+    pending_rows: list[int] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.output_ids)
+        return len(self.prompt_ids) + len(self.output_ids) + len(self.pending_rows)
+
+    @property
+    def output_is_complete(self) -> bool:
+        """max_tokens tokens are sampled, so nothing is left to compute: the request ends once
+        the last of them is read back."""
+        return len(self.output_ids) + len(self.pending_rows) >= self.params.max_tokens
 
     @property
     def num_uncomputed(self) -> int:
         return self.num_tokens - self.num_computed
 
     def token_ids(self, start: int, end: int) -> list[int]:
-        """Token ids in [start, end) of prompt followed by output."""
+        """Token ids in [start, end) of prompt followed by output. A pending token reads
+        -1 - row: the step that consumes it takes it from the GPU, at that row."""
         prompt_len = len(self.prompt_ids)
         if end <= prompt_len:
             return self.prompt_ids[start:end]
         # slice each part: a decode step asks for one token of a long context, every step
-        return self.prompt_ids[start:] + self.output_ids[max(0, start - prompt_len):end - prompt_len]
+        ids = self.prompt_ids[start:] + self.output_ids[max(0, start - prompt_len):end - prompt_len]
+        known = prompt_len + len(self.output_ids)
+        if end > known:
+            ids += [-1 - row for row in self.pending_rows[max(0, start - known):end - known]]
+        return ids
 
     @property
     def is_finished(self) -> bool:

@@ -28,6 +28,7 @@ def engine_args(params: dict[str, str], device: str) -> EngineArgs:
         batch_invariant=_bool(params, "batch_invariant", "false"),
         warmup=_bool(params, "warmup", "false"),
         cuda_graph=_bool(params, "cuda_graph", "true"),
+        overlap_schedule=_bool(params, "overlap_schedule", "true"),
         fp8_weights=_choice(params, "fp8_weights", "auto", FP8_WEIGHT_CHOICES),
         **spec)
 

@@ -33,6 +33,7 @@ DEFAULTS = {
     "batch_invariant": "false",
     "warmup": "false",
     "cuda_graph": "true",
+    "overlap_schedule": "true",           # schedule step n + 1 while the GPU runs step n (no speculation)
     "fp8_weights": "auto",                # FP8 checkpoints: auto (keep on a GPU), keep, dequantize
     "shutdown_timeout_s": "10",
     "speculative_algorithm": "",          # empty: no speculative decoding; mtp or eagle: the MTP layer drafts

@@ -70,6 +70,13 @@ def test_cuda_graphs_are_on_by_default_and_can_be_turned_off():
         engine_args({**FILLED, "cuda_graph": "maybe"}, "cpu")
 
 
+def test_overlap_scheduling_is_on_by_default_and_can_be_turned_off():
+    assert engine_args(FILLED, "cpu").overlap_schedule is True
+    assert engine_args({**FILLED, "overlap_schedule": "false"}, "cpu").overlap_schedule is False
+    with pytest.raises(ValueError, match="overlap_schedule must be true or false"):
+        engine_args({**FILLED, "overlap_schedule": "sometimes"}, "cpu")
+
+
 def test_warmup_is_off_by_default_and_can_be_turned_on():
     assert engine_args(FILLED, "cpu").warmup is False
     assert engine_args({**FILLED, "warmup": "true"}, "cpu").warmup is True
