@@ -398,6 +398,42 @@ def sparse_mla_prefill(q, kv, indices, sm_scale: float, *, backend: str = "auto"
     return sparse_mla(q, kv, indices, sm_scale)
 
 
+# ---------------------------------------------------------------- the layers' RMSNorm and RoPE
+
+
+def _fused_bf16(x: torch.Tensor, backend: str) -> bool:
+    """Whether a norm or RoPE call on x takes our kernel: bf16 on a GPU (or asked for by name)."""
+    if backend not in ("auto", "ours", "triton", "reference"):
+        raise ValueError(f"backend must be auto, ours, triton or reference; got {backend!r}")
+    return x.dtype == torch.bfloat16 and (backend in ("ours", "triton") or (backend == "auto" and x.is_cuda))
+
+
+def rms_norm(x, weight, eps: float, *, backend: str = "auto"):
+    """weight * (x * rsqrt(mean(x^2) + eps)) over the last dim, in one kernel for bf16 on a GPU."""
+    if not _fused_bf16(x, backend) or weight.dtype != torch.bfloat16:
+        return ref.rms_norm_ref(x, weight, eps)
+    from .norm_rope import rms_norm as triton_rms_norm
+
+    return triton_rms_norm(x, weight, eps)
+
+
+def rope(x, cos, sin, interleaved: bool, rotary_dim: int | None = None, *, backend: str = "auto"):
+    """x [T, D] or [T, H, D] with its first rotary_dim dims rotated (reference.rope_ref), in one
+    kernel for bf16 on a GPU where the rotated half and the rest are powers of two."""
+    r = rotary_dim or x.shape[-1]
+    rest = x.shape[-1] - r
+    shapes_fit = x.dim() in (2, 3) and x.stride(-1) == 1 and _power_of_2(r // 2) and (rest == 0 or _power_of_2(rest))
+    if not (_fused_bf16(x, backend) and shapes_fit):
+        return ref.rope_ref(x, cos, sin, interleaved, rotary_dim)
+    from .norm_rope import rope as triton_rope
+
+    return triton_rope(x, cos, sin, interleaved, rotary_dim)
+
+
+def _power_of_2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
 # ---------------------------------------------------------------- block-scaled FP8 GEMMs
 
 

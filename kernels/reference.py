@@ -319,3 +319,34 @@ def fp8_grouped_linear_ref(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tens
             out[start:end] = fp8_linear_ref(a[start:end], a_scale[start:end], w[g], w_scale[g])
         start = end
     return out
+
+
+# ---------------------------------------------------------------- the layers' RMSNorm and RoPE
+
+
+def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Normalized in float32 and scaled in x's dtype, as the releases' modeling code does."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def rope_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool,
+             rotary_dim: int | None = None) -> torch.Tensor:
+    """Rotate the first rotary_dim dims (all by default) of x [T, ..., D] by position; the rest
+    are kept. cos / sin: [T, rotary_dim / 2].
+
+    Pairs are (x0, x1), (x2, x3), ... when interleaved, else (x_i, x_{i+R/2}) (half-split). The
+    interleaved output is de-interleaved (rotated evens, then rotated odds), as in the releases; q
+    and k get the same permutation, so their dot products are unchanged.
+    """
+    r = rotary_dim or x.shape[-1]
+    rot = x[..., :r]
+    if interleaved:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+    else:
+        x1, x2 = rot.chunk(2, dim=-1)
+    shape = (cos.shape[0],) + (1,) * (x.dim() - 2) + (cos.shape[1],)
+    c, s = cos.view(shape).to(x.dtype), sin.view(shape).to(x.dtype)
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s, x[..., r:]], dim=-1)
+

@@ -6,10 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import dsa_kernels
+
 from dsa_backend.batch import ForwardBatch
 from dsa_backend.cache import KVCache
 from dsa_backend.config import ModelConfig
-from dsa_backend.models.layers import apply_rope
 from dsa_kernels.reference import hadamard_matrix
 
 
@@ -38,8 +39,8 @@ class Indexer(nn.Module):
         q = self.wq_b(q_lora).view(-1, c.index_n_heads, c.index_head_dim)
         k = self.k_norm(self.wk(x))
         r = c.qk_rope_head_dim
-        q = torch.cat([apply_rope(q[..., :r], cos, sin, c.indexer_rope_interleaved), q[..., r:]], dim=-1)
-        k = torch.cat([apply_rope(k[..., :r], cos, sin, c.indexer_rope_interleaved), k[..., r:]], dim=-1)
+        q = dsa_kernels.rope(q, cos, sin, c.indexer_rope_interleaved, rotary_dim=r)
+        k = dsa_kernels.rope(k, cos, sin, c.indexer_rope_interleaved, rotary_dim=r)
         if cache.indexer.fp8:
             # Rotating both sides keeps q.k and spreads outliers before e4m3 quantization (the pool
             # quantizes k, the backend q).

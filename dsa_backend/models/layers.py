@@ -1,10 +1,13 @@
-"""Small building blocks shared by the DSA layers: RMSNorm, the dense SwiGLU MLP, RoPE."""
+"""Small building blocks shared by the DSA layers: RMSNorm, the dense SwiGLU MLP, RoPE's cos / sin
+(dsa_kernels.rope applies them)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+import dsa_kernels
 
 from dsa_backend.config import RopeConfig
 
@@ -16,10 +19,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalize in float32 and scale in the input dtype, as the reference implementation does.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+        # normalized in float32, scaled in x's dtype (one kernel for bf16 on a GPU)
+        return dsa_kernels.rms_norm(x, self.weight, self.eps)
 
 
 class DenseMlp(nn.Module):
@@ -46,19 +47,3 @@ class RotaryEmbedding(nn.Module):
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions[:, None].float() * self.inv_freq[None, :]
         return freqs.cos() * self.attention_factor, freqs.sin() * self.attention_factor
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
-    """Rotate x [T, ..., dim] by position.
-
-    Pairs are (x0, x1), (x2, x3), ... when interleaved, else (x_i, x_{i+dim/2}) (half-split).
-    The interleaved output is de-interleaved (rotated evens, then rotated odds), as in the
-    reference; q and k get the same permutation, so their dot products are unchanged.
-    """
-    if interleaved:
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-    else:
-        x1, x2 = x.chunk(2, dim=-1)
-    shape = (cos.shape[0],) + (1,) * (x.dim() - 2) + (cos.shape[1],)
-    c, s = cos.view(shape).to(x.dtype), sin.view(shape).to(x.dtype)
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)

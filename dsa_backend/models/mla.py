@@ -5,11 +5,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+import dsa_kernels
+
 from dsa_backend.batch import ForwardBatch
 from dsa_backend.cache import KVCache
 from dsa_backend.config import ModelConfig
 from dsa_backend.models.indexer import Indexer
-from dsa_backend.models.layers import RMSNorm, apply_rope
+from dsa_backend.models.layers import RMSNorm
 
 # The latent norms use their own epsilon in the releases, not rms_norm_eps.
 _LATENT_NORM_EPS = 1e-6
@@ -51,8 +53,8 @@ class MlaAttention(nn.Module):
         q_nope, q_rope = q.split([c.qk_nope_head_dim, c.qk_rope_head_dim], dim=-1)
         latent, k_rope = self.kv_a_proj_with_mqa(x).split([c.kv_lora_rank, c.qk_rope_head_dim], dim=-1)
         latent = self.kv_a_layernorm(latent)
-        q_rope = apply_rope(q_rope, cos, sin, interleaved=True)
-        k_rope = apply_rope(k_rope, cos, sin, interleaved=True)
+        q_rope = dsa_kernels.rope(q_rope, cos, sin, interleaved=True)
+        k_rope = dsa_kernels.rope(k_rope, cos, sin, interleaved=True)
         cache.mla.store(self.layer_id, batch.out_cache_loc, latent, k_rope)
         topk = self._select_topk(x, q_lora, cos, sin, batch, cache, backend, prev_topk)
 
