@@ -254,8 +254,9 @@ class Engine:
         """Run one step. With overlap scheduling it returns the previous step's tokens, read back
         while this step's forward runs on the GPU."""
         outputs = []
-        if self._unread is not None and any(s.params.reads_output and not s.is_finished for s in self._unread.seqs):
-            # this step's sampling must see those tokens (penalties, bad words, min_tokens)
+        if self._unread is not None and any(s.params.matches_output_on_host and not s.is_finished
+                                            for s in self._unread.seqs):
+            # this step's bans depend on those tokens' values (bad words of several tokens)
             outputs = self._read_back(self._take_unread())
         chunks = self.scheduler.schedule()
         if not chunks:
@@ -282,8 +283,13 @@ class Engine:
         if not done:
             return None
         seqs = [chunks[i].seq for i in done]
-        rows = [SamplingRow(s.params, s.prompt_ids, s.output_ids, s.generator) for s in seqs]
-        sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device)
+        # Penalties and min_tokens see the tokens not yet read back too (SamplingRow), named as
+        # in Sequence.token_ids: the output is copied only for requests whose sampling reads it.
+        unread = [s.params.reads_output and bool(s.pending_rows) for s in seqs]
+        rows = [SamplingRow(s.params, s.prompt_ids, s.token_ids(len(s.prompt_ids), s.num_tokens) if u else s.output_ids,
+                            s.generator) for s, u in zip(seqs, unread)]
+        sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device,
+                                       pending=self._unread.token_ids if any(unread) else None)
         logits = out.logits if len(done) == len(chunks) else out.logits[to_device(torch.tensor(done), self.device)]
         sampled = sample(logits, sampling, self.generator)
         for row, seq in enumerate(seqs):

@@ -38,7 +38,12 @@ _MIN_TEMPERATURE = 1e-5
 
 
 class SamplingRow(NamedTuple):
-    """One request's state for this step, as the engine holds it (token ids: lists or arrays)."""
+    """One request's state for this step, as the engine holds it (token ids: lists or arrays).
+
+    With overlap scheduling the output may end with tokens sampled but not read back yet, each
+    named -1 - i: entry i of the `pending` tensor given to SamplingBatch.build. They count towards
+    min_tokens and penalties; a bad word of several tokens cannot be matched against them.
+    """
 
     params: SamplingParams
     prompt_token_ids: Sequence[int]
@@ -110,9 +115,10 @@ class SamplingBatch:
         return self.temperature.shape[0]
 
     @classmethod
-    def build(cls, rows: Sequence[SamplingRow], vocab_size: int,
-              eos_token_ids: Collection[int], device: torch.device | str) -> SamplingBatch:
-        """Gather `rows` (one per logits row) into tensors on `device`."""
+    def build(cls, rows: Sequence[SamplingRow], vocab_size: int, eos_token_ids: Collection[int],
+              device: torch.device | str, pending: torch.Tensor | None = None) -> SamplingBatch:
+        """Gather `rows` (one per logits row) into tensors on `device`; `pending` [n] on `device`:
+        the output tokens the rows name -1 - i (SamplingRow)."""
         device = torch.device(device)
         params = [row.params for row in rows]
         sampled = [not p.greedy for p in params]
@@ -141,7 +147,7 @@ class SamplingBatch:
                           torch.float32),
             ban_rows=put(ban_rows, torch.int64) if has_bans else None,
             ban_tokens=put(ban_tokens, torch.int64) if has_bans else None,
-            penalties=_penalties(rows, vocab_size, device),
+            penalties=_penalties(rows, vocab_size, device, pending),
             seeded=tuple((i, row.generator) for i, row in enumerate(rows)
                          if sampled[i] and row.generator is not None),
             all_greedy=not any(sampled),
@@ -257,11 +263,13 @@ def _context_ends_with(prompt: Sequence[int], output: Sequence[int],
         return False
     from_output = min(n, len(output))
     tail = list(prompt[len(prompt) - (n - from_output):]) + list(output[len(output) - from_output:])
+    if any(t < 0 for t in tail):
+        raise RuntimeError("a bad word of several tokens is matched against output tokens not read back yet")
     return tail == list(suffix)
 
 
-def _penalties(rows: Sequence[SamplingRow], vocab_size: int,
-               device: torch.device) -> Penalties | None:
+def _penalties(rows: Sequence[SamplingRow], vocab_size: int, device: torch.device,
+               pending: torch.Tensor | None) -> Penalties | None:
     params = [row.params for row in rows]
     repetition = [p.repetition_penalty != 1 for p in params]
     any_penalty = [r or p.frequency_penalty != 0 or p.presence_penalty != 0
@@ -279,9 +287,16 @@ def _penalties(rows: Sequence[SamplingRow], vocab_size: int,
         presence=column([p.presence_penalty for p in params]),
         prompt_tokens=_padded([row.prompt_token_ids if r else () for row, r in
                                zip(rows, repetition)], vocab_size, device),
-        output_tokens=_padded([row.output_token_ids if a else () for row, a in
-                               zip(rows, any_penalty)], vocab_size, device),
+        output_tokens=_unread_taken(_padded([row.output_token_ids if a else () for row, a in
+                                             zip(rows, any_penalty)], vocab_size, device), pending),
     )
+
+
+def _unread_taken(tokens: torch.Tensor, pending: torch.Tensor | None) -> torch.Tensor:
+    """tokens with each -1 - i replaced by pending[i], on the device: nothing waits for them."""
+    if pending is None:
+        return tokens
+    return torch.where(tokens >= 0, tokens, pending[(-1 - tokens).clamp_min(0)])
 
 
 def _padded(lists: list[Sequence[int]], pad: int, device: torch.device) -> torch.Tensor:

@@ -66,6 +66,12 @@ class SamplingParams:
         return self.temperature == 0
 
     @property
+    def matches_output_on_host(self) -> bool:
+        """Whether sampling compares the output's last tokens with something on the host: a bad
+        word of several tokens bans its last one where the output ends with the rest."""
+        return any(len(word) > 1 for word in self.bad_words_ids)
+
+    @property
     def reads_output(self) -> bool:
         """Whether sampling looks at the output so far: min_tokens, bad words or a penalty."""
         return (self.min_tokens > 0 or bool(self.bad_words_ids) or self.repetition_penalty != 1

@@ -69,20 +69,28 @@ def test_overlapped_steps_give_the_tokens_logprobs_and_finishes_of_steps_read_ba
     assert engine.cache.allocator.num_free == engine.num_kv_pages and not engine.sequences
 
 
-def test_requests_whose_sampling_reads_the_output_see_every_token_before_their_next_step(path):
-    prompts = random_prompts([14, 9, 20], seed=42)
+def test_requests_whose_sampling_reads_the_output_see_every_token_before_it(path):
+    prompts = random_prompts([14, 9, 20, 11], seed=42)
     plain = SamplingParams(max_tokens=10, temperature=0, ignore_eos=True)
     greedy = summary(run_all(make_engine(path, False), {"g": (prompts[0], plain)}))["g"][0]
-    # A two-token bad word bans greedy's fourth token only where the context ends with its third:
-    # a step that sampled without the token before it would emit it anyway.
+    # A two-token bad word bans greedy's fourth token only where the context ends with its third
+    # (such a request reads the last step back before the next one); min_tokens 3 lifts the ban
+    # on a stop token exactly where greedy's fourth token comes, counting the token not read back.
     banned = SamplingParams(max_tokens=10, temperature=0, ignore_eos=True, bad_words_ids=[greedy[2:4]])
-    requests = {"banned": (prompts[0], banned),
-                "penalized": (prompts[1], SamplingParams(max_tokens=10, temperature=0, repetition_penalty=1.3,
-                                                         frequency_penalty=0.5, ignore_eos=True)),
-                "plain": (prompts[2], plain)}
-    want = summary(run_all(make_engine(path, False), requests))
-    assert want["banned"][0][:3] == greedy[:3] and want["banned"][0][3] != greedy[3]
-    assert summary(run_all(make_engine(path, True), requests)) == want
+    unbanned_at_3 = SamplingParams(max_tokens=10, temperature=0, ignore_eos=True, min_tokens=3,
+                                   stop_token_ids=[greedy[3]])
+    overlapped = {"min_tokens": (prompts[0], unbanned_at_3),
+                  "penalized": (prompts[1], SamplingParams(max_tokens=10, temperature=0, repetition_penalty=1.3,
+                                                           frequency_penalty=0.5, ignore_eos=True)),
+                  "plain": (prompts[2], plain)}
+    read_first = {"banned": (prompts[0], banned), "plain": (prompts[3], plain)}
+    for requests in (overlapped, read_first):
+        want = summary(run_all(make_engine(path, False), requests))
+        assert summary(run_all(make_engine(path, True), requests)) == want
+        if "banned" in want:
+            assert want["banned"][0][:3] == greedy[:3] and want["banned"][0][3] != greedy[3]
+        else:
+            assert want["min_tokens"] == (greedy[:4], "stop", 4)
 
 
 def test_a_request_whose_last_token_is_sampled_is_not_computed_again(path):

@@ -207,6 +207,28 @@ def test_multi_token_bad_word_bans_its_last_token_only_after_its_prefix(prompt, 
     assert allowed == set(range(VOCAB)) - ({4} if banned else set())
 
 
+# Output tokens not read back yet (overlap scheduling): -1 - i names pending[i]
+
+
+def test_unread_output_tokens_are_penalized_and_counted_as_the_tokens_they_name():
+    logits = torch.randn(3, VOCAB, generator=torch.Generator().manual_seed(5))
+    params = [dict(repetition_penalty=1.5, frequency_penalty=0.7, presence_penalty=0.3),
+              dict(min_tokens=3, stop_token_ids=[4]), dict(frequency_penalty=1.0)]
+    known = [row((1, 2), (3, 5, 5), **params[0]), row((1,), (2, 6), **params[1]), row((8,), (9,), **params[2])]
+    pending = torch.tensor([0, 5, 6])  # the last step's tokens; rows name entries 1 and 2
+    unread = [row((1, 2), (3, 5, -2), **params[0]), row((1,), (2, -3), **params[1]), row((8,), (9,), **params[2])]
+    want = process_logits(logits, build(*known))
+    got = process_logits(logits, SamplingBatch.build(unread, VOCAB, {EOS}, "cpu", pending=pending))
+    assert torch.equal(got, want)
+    assert got[1, 4] == -float("inf")  # two outputs with the unread one, below min_tokens 3
+
+
+def test_a_bad_word_is_never_matched_against_output_tokens_not_read_back():
+    with pytest.raises(RuntimeError, match="not read back"):
+        SamplingBatch.build([row((1,), (2, -1), bad_words_ids=[[2, 3, 4]])], VOCAB, {EOS}, "cpu",
+                            pending=torch.tensor([3]))
+
+
 def test_bad_word_outside_the_vocabulary_is_rejected():
     with pytest.raises(ValueError, match="bad_words_ids"):
         build(row(bad_words_ids=[[1, VOCAB]]))
