@@ -25,7 +25,7 @@ from dsa_backend.sampling import (SamplingBatch, SamplingRow, check_vocab, make_
                                   sample, sampling_probs)
 from dsa_backend.sampling_params import SamplingParams
 from dsa_backend.scheduler import ScheduledChunk, Scheduler
-from dsa_backend.sequence import Sequence
+from dsa_backend.sequence import Sequence, with_pending_tokens
 from dsa_backend.spec.acceptance import accept_greedy, accept_tree
 from dsa_backend.spec.chain import ChainDraftGraphs
 from dsa_backend.spec.compaction import compact_accepted_path
@@ -286,8 +286,8 @@ class Engine:
         # Penalties and min_tokens see the tokens not yet read back too (SamplingRow), named as
         # in Sequence.token_ids: the output is copied only for requests whose sampling reads it.
         unread = [s.params.reads_output and bool(s.pending_rows) for s in seqs]
-        rows = [SamplingRow(s.params, s.prompt_ids, s.token_ids(len(s.prompt_ids), s.num_tokens) if u else s.output_ids,
-                            s.generator) for s, u in zip(seqs, unread)]
+        rows = [SamplingRow(s.params, s.prompt_ids, s.token_ids(len(s.prompt_ids), s.num_tokens) if u
+                            else s.output_ids, s.generator) for s, u in zip(seqs, unread)]
         sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device,
                                        pending=self._unread.token_ids if any(unread) else None)
         logits = out.logits if len(done) == len(chunks) else out.logits[to_device(torch.tensor(done), self.device)]
@@ -408,9 +408,7 @@ class Engine:
             all_logits=[bool(c.draft) for c in chunks],
             trees=[c.draft.layout() if c.draft else None for c in chunks])
         if any(c.seq.pending_rows for c in chunks):
-            # Tokens the last step sampled and nobody has read yet (Sequence.token_ids: -1 - row)
-            ids = batch.input_ids
-            batch.input_ids = torch.where(ids >= 0, ids, self._unread.token_ids[(-1 - ids).clamp_min(0)])
+            batch.input_ids = with_pending_tokens(batch.input_ids, self._unread.token_ids)
         return batch
 
     def _append(self, seq: Sequence, tokens: list[int], logprobs: list[float | None]) -> RequestOutput:

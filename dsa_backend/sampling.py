@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from dsa_backend.sampling_params import SamplingParams
+from dsa_backend.sequence import with_pending_tokens
 from dsa_backend.transfer import to_device
 
 # Logits divided by less can overflow float32 to inf and softmax to NaN; sampling that cold is
@@ -281,22 +282,15 @@ def _penalties(rows: Sequence[SamplingRow], vocab_size: int, device: torch.devic
         return to_device(torch.tensor(values, dtype=torch.float32).unsqueeze(1), device)
 
     # Only rows that use a list ship it: the prompt is the long one and most rows have no penalty.
+    output = _padded([row.output_token_ids if a else () for row, a in zip(rows, any_penalty)], vocab_size, device)
     return Penalties(
         repetition=column([p.repetition_penalty for p in params]),
         frequency=column([p.frequency_penalty for p in params]),
         presence=column([p.presence_penalty for p in params]),
         prompt_tokens=_padded([row.prompt_token_ids if r else () for row, r in
                                zip(rows, repetition)], vocab_size, device),
-        output_tokens=_unread_taken(_padded([row.output_token_ids if a else () for row, a in
-                                             zip(rows, any_penalty)], vocab_size, device), pending),
+        output_tokens=output if pending is None else with_pending_tokens(output, pending),
     )
-
-
-def _unread_taken(tokens: torch.Tensor, pending: torch.Tensor | None) -> torch.Tensor:
-    """tokens with each -1 - i replaced by pending[i], on the device: nothing waits for them."""
-    if pending is None:
-        return tokens
-    return torch.where(tokens >= 0, tokens, pending[(-1 - tokens).clamp_min(0)])
 
 
 def _padded(lists: list[Sequence[int]], pad: int, device: torch.device) -> torch.Tensor:

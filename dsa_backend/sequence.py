@@ -17,6 +17,12 @@ class SequenceStatus(enum.Enum):
     FINISHED = enum.auto()
 
 
+def with_pending_tokens(ids: torch.Tensor, pending: torch.Tensor) -> torch.Tensor:
+    """ids with each token not read back yet, named -1 - row (Sequence.token_ids), replaced by
+    pending[row]: the last step's sampled tokens, on the device, so that nothing waits for them."""
+    return torch.where(ids >= 0, ids, pending[(-1 - ids).clamp_min(0)])
+
+
 @dataclass(eq=False)
 class Sequence:
     """Prompt and output ids, the KV pages holding them, and how many tokens those pages hold.

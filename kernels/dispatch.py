@@ -422,7 +422,8 @@ def rope(x, cos, sin, interleaved: bool, rotary_dim: int | None = None, *, backe
     kernel for bf16 on a GPU where the rotated half and the rest are powers of two."""
     r = rotary_dim or x.shape[-1]
     rest = x.shape[-1] - r
-    shapes_fit = x.dim() in (2, 3) and x.stride(-1) == 1 and _power_of_2(r // 2) and (rest == 0 or _power_of_2(rest))
+    shapes_fit = (x.dim() in (2, 3) and x.stride(-1) == 1 and _power_of_2(r // 2)
+                  and (rest == 0 or _power_of_2(rest)))
     if not (_fused_bf16(x, backend) and shapes_fit):
         return ref.rope_ref(x, cos, sin, interleaved, rotary_dim)
     from .norm_rope import rope as triton_rope
