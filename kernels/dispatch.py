@@ -22,6 +22,7 @@ import torch
 
 from . import reference as ref
 from .device import capability, num_sms
+from .host_math import next_power_of_2
 
 log = logging.getLogger(__name__)
 TOPK_METHODS = ("paged", "ragged")
@@ -402,10 +403,9 @@ def sparse_mla_prefill(q, kv, indices, sm_scale: float, *, backend: str = "auto"
 
 
 def _fused_bf16(x: torch.Tensor, backend: str) -> bool:
-    """Whether a norm or RoPE call on x takes our kernel: bf16 on a GPU (or asked for by name)."""
-    if backend not in ("auto", "ours", "triton", "reference"):
-        raise ValueError(f"backend must be auto, ours, triton or reference; got {backend!r}")
-    return x.dtype == torch.bfloat16 and (backend in ("ours", "triton") or (backend == "auto" and x.is_cuda))
+    """Whether a norm or RoPE call on x takes our kernel, which rounds as bf16 does: bf16 x where
+    `_choose` picks a kernel (on a GPU, or named)."""
+    return x.dtype == torch.bfloat16 and _choose(x, backend, None) != "reference"
 
 
 def rms_norm(x, weight, eps: float, *, backend: str = "auto"):
@@ -420,19 +420,14 @@ def rms_norm(x, weight, eps: float, *, backend: str = "auto"):
 def rope(x, cos, sin, interleaved: bool, rotary_dim: int | None = None, *, backend: str = "auto"):
     """x [T, D] or [T, H, D] with its first rotary_dim dims rotated (reference.rope_ref), in one
     kernel for bf16 on a GPU where the rotated half and the rest are powers of two."""
-    r = rotary_dim or x.shape[-1]
-    rest = x.shape[-1] - r
-    shapes_fit = (x.dim() in (2, 3) and x.stride(-1) == 1 and _power_of_2(r // 2)
-                  and (rest == 0 or _power_of_2(rest)))
+    half, rest = (rotary_dim or x.shape[-1]) // 2, x.shape[-1] - (rotary_dim or x.shape[-1])
+    shapes_fit = (x.dim() in (2, 3) and x.stride(-1) == 1 and half > 0 and next_power_of_2(half) == half
+                  and (rest == 0 or next_power_of_2(rest) == rest))
     if not (_fused_bf16(x, backend) and shapes_fit):
         return ref.rope_ref(x, cos, sin, interleaved, rotary_dim)
     from .norm_rope import rope as triton_rope
 
     return triton_rope(x, cos, sin, interleaved, rotary_dim)
-
-
-def _power_of_2(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
 
 
 # ---------------------------------------------------------------- block-scaled FP8 GEMMs
