@@ -32,6 +32,7 @@ from dsa_backend.spec.compaction import compact_accepted_path
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.drafter import DraftInput, MtpDrafter
 from dsa_backend.spec.tree import ROOT_ONLY
+from dsa_backend.token_counts import TokenCounts
 from dsa_backend.transfer import HostCopy, to_device
 from dsa_backend.warmup import WarmupShapes, warm_up, warm_up_fp8_gemms
 from dsa_kernels.batch_invariant import enable_batch_invariant_mode
@@ -131,6 +132,8 @@ class Engine:
                                       keep_fp8=args.keeps_fp8_weights(self.device))
         self.max_model_len = args.max_model_len or self.config.max_position_embeddings
         self.spec = self._spec_config(args, info.mtp_has_indexer)
+        # before the pools take what memory is left
+        self.token_counts = TokenCounts(args.max_running_requests, self.config.vocab_size, self.device)
         self.num_kv_pages = args.num_kv_pages or self._pages_from_memory()
         # Graphs serve decode steps, or a chain's verify steps (a tree's verify and the draft steps
         # run eagerly). The routed experts' grouped GEMM reads its group sizes back to the host,
@@ -287,9 +290,10 @@ class Engine:
         # in Sequence.token_ids: the output is copied only for requests whose sampling reads it.
         unread = [s.params.reads_output and bool(s.pending_rows) for s in seqs]
         rows = [SamplingRow(s.params, s.prompt_ids, s.token_ids(len(s.prompt_ids), s.num_tokens) if u
-                            else s.output_ids, s.generator) for s, u in zip(seqs, unread)]
+                            else s.output_ids, s.generator, s.arrival) for s, u in zip(seqs, unread)]
         sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device,
-                                       pending=self._unread.token_ids if any(unread) else None)
+                                       pending=self._unread.token_ids if any(unread) else None,
+                                       counts=self.token_counts)
         logits = out.logits if len(done) == len(chunks) else out.logits[to_device(torch.tensor(done), self.device)]
         sampled = sample(logits, sampling, self.generator)
         for row, seq in enumerate(seqs):
@@ -327,12 +331,13 @@ class Engine:
                     # A node is judged as if its path were already output (penalties, min_tokens,
                     # bad words); only rows that read the output pay for a copy of it.
                     output = seq.output_ids + tree.path_tokens(node) if seq.params.reads_output else seq.output_ids
-                    rows.append(SamplingRow(seq.params, seq.prompt_ids, output, seq.generator))
+                    rows.append(SamplingRow(seq.params, seq.prompt_ids, output, seq.generator, seq.arrival))
                     logit_rows.append(row + node)
             row += tree.num_nodes
         outputs, accepted = [], {}
         if rows:
-            sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device)
+            sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device,
+                                           counts=self.token_counts)
             # every row, when every chunk completes: no gather of [rows, vocab]
             logits = out.logits if len(logit_rows) == out.logits.shape[0] else out.logits[logit_rows]
             processed = process_logits(logits, sampling)

@@ -21,16 +21,15 @@ Nothing here waits for the device; the engine reads SamplerOutput once per step.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from dsa_backend.sampling_params import SamplingParams
-from dsa_backend.sequence import with_pending_tokens
+from dsa_backend.token_counts import TokenCounts
 from dsa_backend.transfer import to_device
 
 # Logits divided by less can overflow float32 to inf and softmax to NaN; sampling that cold is
@@ -51,6 +50,8 @@ class SamplingRow(NamedTuple):
     output_token_ids: Sequence[int]
     # make_generator(params.seed, device), kept for the request's lifetime; None: the engine's.
     generator: torch.Generator | None = None
+    # The request, for counts kept across steps (TokenCounts); rows of one request share them.
+    key: Hashable | None = None
 
 
 class SamplerOutput(NamedTuple):
@@ -78,13 +79,13 @@ def check_vocab(params: SamplingParams, vocab_size: int) -> None:
 
 @dataclass(frozen=True)
 class Penalties:
-    """Penalty inputs; token lists are padded with vocab_size, which counts nowhere."""
+    """Penalty inputs; rows without penalties see no tokens."""
 
     repetition: torch.Tensor  # [batch, 1] float32, 1 = off
     frequency: torch.Tensor  # [batch, 1] float32
     presence: torch.Tensor  # [batch, 1] float32
-    prompt_tokens: torch.Tensor  # [batch, max_prompt] int64; empty for rows without repetition
-    output_tokens: torch.Tensor  # [batch, max_output] int64; empty for rows without penalties
+    in_prompt: torch.Tensor  # [batch, vocab] bool
+    output_counts: torch.Tensor  # [batch, vocab] float32
 
 
 @dataclass(frozen=True)
@@ -117,9 +118,11 @@ class SamplingBatch:
 
     @classmethod
     def build(cls, rows: Sequence[SamplingRow], vocab_size: int, eos_token_ids: Collection[int],
-              device: torch.device | str, pending: torch.Tensor | None = None) -> SamplingBatch:
+              device: torch.device | str, pending: torch.Tensor | None = None,
+              counts: TokenCounts | None = None) -> SamplingBatch:
         """Gather `rows` (one per logits row) into tensors on `device`; `pending` [n] on `device`:
-        the output tokens the rows name -1 - i (SamplingRow)."""
+        the output tokens the rows name -1 - i (SamplingRow). `counts`: the penalties' counts
+        kept across steps, for rows with keys; None counts these rows afresh."""
         device = torch.device(device)
         params = [row.params for row in rows]
         sampled = [not p.greedy for p in params]
@@ -148,7 +151,7 @@ class SamplingBatch:
                           torch.float32),
             ban_rows=put(ban_rows, torch.int64) if has_bans else None,
             ban_tokens=put(ban_tokens, torch.int64) if has_bans else None,
-            penalties=_penalties(rows, vocab_size, device, pending),
+            penalties=_penalties(rows, vocab_size, device, pending, counts),
             seeded=tuple((i, row.generator) for i, row in enumerate(rows)
                          if sampled[i] and row.generator is not None),
             all_greedy=not any(sampled),
@@ -188,12 +191,10 @@ def process_logits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     pen = batch.penalties
     if pen is None:
         return logits
-    output_counts = _counts(pen.output_tokens, batch.vocab_size)
-    in_output = output_counts > 0
-    seen = in_output | (_counts(pen.prompt_tokens, batch.vocab_size) > 0)
+    in_output = pen.output_counts > 0
     repeated = torch.where(logits > 0, logits / pen.repetition, logits * pen.repetition)
-    logits = torch.where(seen, repeated, logits)
-    return logits - pen.frequency * output_counts - pen.presence * in_output
+    logits = torch.where(in_output | pen.in_prompt, repeated, logits)
+    return logits - pen.frequency * pen.output_counts - pen.presence * in_output
 
 
 def truncate_logits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
@@ -270,41 +271,23 @@ def _context_ends_with(prompt: Sequence[int], output: Sequence[int],
 
 
 def _penalties(rows: Sequence[SamplingRow], vocab_size: int, device: torch.device,
-               pending: torch.Tensor | None) -> Penalties | None:
+               pending: torch.Tensor | None, counts: TokenCounts | None) -> Penalties | None:
     params = [row.params for row in rows]
-    repetition = [p.repetition_penalty != 1 for p in params]
-    any_penalty = [r or p.frequency_penalty != 0 or p.presence_penalty != 0
-                   for r, p in zip(repetition, params)]
+    any_penalty = [p.repetition_penalty != 1 or p.frequency_penalty != 0 or p.presence_penalty != 0
+                   for p in params]
     if not any(any_penalty):
         return None
+    if counts is None:
+        counts = TokenCounts(len(rows), vocab_size, device)
+        keys = [i if a else None for i, a in enumerate(any_penalty)]
+    else:
+        keys = [row.key if a else None for row, a in zip(rows, any_penalty)]
+        if None in [key for key, a in zip(keys, any_penalty) if a]:
+            raise ValueError("rows with penalties need a key to keep their counts across steps")
 
-    def column(values: list[float]) -> torch.Tensor:
-        return to_device(torch.tensor(values, dtype=torch.float32).unsqueeze(1), device)
-
-    # Only rows that use a list ship it: the prompt is the long one and most rows have no penalty.
-    output = _padded([row.output_token_ids if a else () for row, a in zip(rows, any_penalty)], vocab_size, device)
-    return Penalties(
-        repetition=column([p.repetition_penalty for p in params]),
-        frequency=column([p.frequency_penalty for p in params]),
-        presence=column([p.presence_penalty for p in params]),
-        prompt_tokens=_padded([row.prompt_token_ids if r else () for row, r in
-                               zip(rows, repetition)], vocab_size, device),
-        output_tokens=output if pending is None else with_pending_tokens(output, pending),
-    )
-
-
-def _padded(lists: list[Sequence[int]], pad: int, device: torch.device) -> torch.Tensor:
-    """[len(lists), longest] int64, right-padded with `pad`."""
-    # numpy copies a list of ints several times faster than torch.as_tensor, and an array at once.
-    out = np.full((len(lists), max(map(len, lists))), pad, dtype=np.int64)
-    for i, ids in enumerate(lists):
-        out[i, :len(ids)] = ids
-    return to_device(torch.from_numpy(out), device)
-
-
-def _counts(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Occurrences [batch, vocab] float32 of each token id in tokens [batch, n] (pad excluded)."""
-    counts = torch.zeros(tokens.shape[0], vocab_size + 1, device=tokens.device)
-    # Adding 1.0s is exact below 2**24, so atomic-add order on the GPU cannot change the result.
-    counts.scatter_add_(1, tokens, torch.ones_like(tokens, dtype=counts.dtype))
-    return counts[:, :vocab_size]
+    factors = to_device(torch.tensor([[p.repetition_penalty, p.frequency_penalty, p.presence_penalty]
+                                      for p in params], dtype=torch.float32), device)
+    seen = counts.rows(keys, [row.prompt_token_ids for row in rows], [row.output_token_ids for row in rows],
+                       pending)
+    return Penalties(repetition=factors[:, 0:1], frequency=factors[:, 1:2], presence=factors[:, 2:3],
+                     in_prompt=seen.in_prompt, output_counts=seen.output_counts)
