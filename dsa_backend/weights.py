@@ -176,7 +176,8 @@ def load_weights(model_dir: str | Path, config: ModelConfig, dtype: torch.dtype,
         elif tensor.dtype == torch.float8_e4m3fn:
             raise WeightError(f"{name} is float8 but has no {name}_scale_inv")
         if scale is None:
-            keep_fp32 = name.endswith(("e_score_correction_bias", "weights_proj.weight"))  # fp32 in releases
+            # fp32 in releases, or (the router's) computed in fp32 there: a cast a call otherwise
+            keep_fp32 = name.endswith(("e_score_correction_bias", "weights_proj.weight", "mlp.gate.weight"))
             tensor = tensor.to(torch.float32 if keep_fp32 else dtype)
         match = _EXPERT.match(name)
         if match:

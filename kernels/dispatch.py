@@ -430,6 +430,25 @@ def rope(x, cos, sin, interleaved: bool, rotary_dim: int | None = None, *, backe
     return triton_rope(x, cos, sin, interleaved, rotary_dim)
 
 
+# ---------------------------------------------------------------- the MoE router
+
+
+def route(logits, bias, n_group: int, topk_group: int, top_k: int, renormalize: bool, scaling: float, *,
+          backend: str = "auto"):
+    """DeepSeek's router past its GEMM (reference.route_ref): float32 logits [T, E] -> (weights
+    [T, top_k] float32, expert ids [T, top_k] int64), in one kernel on a GPU where E and the
+    group size are powers of two."""
+    experts = logits.shape[-1]
+    group = experts // n_group
+    shapes_fit = (logits.dtype == torch.float32 and logits.dim() == 2 and logits.stride(-1) == 1
+                  and next_power_of_2(experts) == experts and next_power_of_2(group) == group)
+    if not shapes_fit or _choose(logits, backend, None) == "reference":
+        return ref.route_ref(logits, bias, n_group, topk_group, top_k, renormalize, scaling)
+    from .router import route as triton_route
+
+    return triton_route(logits, bias, n_group, topk_group, top_k, renormalize, scaling)
+
+
 # ---------------------------------------------------------------- block-scaled FP8 GEMMs
 
 

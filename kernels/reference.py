@@ -350,3 +350,30 @@ def rope_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved:
     c, s = cos.view(shape).to(x.dtype), sin.view(shape).to(x.dtype)
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s, x[..., r:]], dim=-1)
 
+
+
+# ---------------------------------------------------------------- the MoE router
+
+
+def route_ref(logits: torch.Tensor, bias: torch.Tensor, n_group: int, topk_group: int, top_k: int,
+              renormalize: bool, scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """DeepSeek's sigmoid router past its GEMM: logits [T, E] float32 -> (weights [T, top_k]
+    float32, expert ids [T, top_k] int64), the k in no particular order.
+
+    The bias steers which experts are chosen, not how much they weigh: experts come from the
+    topk_group groups with the largest sums of their two best biased scores, then the top_k
+    biased scores among them; their weights are the unbiased scores, renormalized to sum to 1
+    if asked, times `scaling`."""
+    scores = logits.sigmoid()
+    choice = scores + bias
+    tokens, experts = logits.shape
+    group_scores = choice.view(tokens, n_group, -1).topk(2, dim=-1)[0].sum(-1)
+    groups = group_scores.topk(topk_group, dim=-1, sorted=False)[1]
+    group_mask = torch.zeros_like(group_scores).scatter_(1, groups, 1)
+    expert_mask = group_mask.unsqueeze(-1).expand(-1, n_group, experts // n_group).reshape(tokens, experts)
+    choice = choice.masked_fill(~expert_mask.bool(), float("-inf"))
+    ids = choice.topk(top_k, dim=-1, sorted=False)[1]
+    weights = scores.gather(1, ids)
+    if renormalize:
+        weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+    return weights * scaling, ids

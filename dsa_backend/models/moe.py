@@ -20,22 +20,12 @@ class Router(nn.Module):
         self.e_score_correction_bias = nn.Parameter(torch.zeros(c.n_routed_experts), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [T, H] -> (weights [T, k] float32, expert ids [T, k])."""
+        """x [T, H] -> (weights [T, k] float32, expert ids [T, k]); dsa_kernels.route says how."""
         c = self.c
-        scores = F.linear(x.float(), self.weight.float()).sigmoid()
-        # The bias steers which experts are chosen, not how much they weigh.
-        choice = scores + self.e_score_correction_bias
-        per_group = c.n_routed_experts // c.n_group
-        group_scores = choice.view(-1, c.n_group, per_group).topk(2, dim=-1)[0].sum(-1)
-        groups = group_scores.topk(c.topk_group, dim=-1, sorted=False)[1]
-        group_mask = torch.zeros_like(group_scores).scatter_(1, groups, 1)
-        expert_mask = group_mask.unsqueeze(-1).expand(-1, c.n_group, per_group).reshape(-1, c.n_routed_experts)
-        choice = choice.masked_fill(~expert_mask.bool(), float("-inf"))
-        ids = choice.topk(c.num_experts_per_tok, dim=-1, sorted=False)[1]
-        weights = scores.gather(1, ids)
-        if c.norm_topk_prob:
-            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
-        return weights * c.routed_scaling_factor, ids
+        # loaded in float32 (dsa_backend/weights.py), so .float() makes no copy a call
+        logits = F.linear(x.float(), self.weight.float())
+        return dsa_kernels.route(logits, self.e_score_correction_bias, c.n_group, c.topk_group,
+                                 c.num_experts_per_tok, c.norm_topk_prob, c.routed_scaling_factor)
 
 
 class Experts(nn.Module):
