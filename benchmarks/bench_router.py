@@ -1,5 +1,7 @@
 """The MoE router, one layer's worth: PyTorch ops (the weight cast to float32 each call, as before
-it was kept in float32, then `route_ref`) against the float32 weight and `dsa_kernels.route`.
+it was kept in float32, then `route_ref`) against the float32 weight and `dsa_kernels.route`; and
+the chosen pairs put in runs by expert, PyTorch's stable sort (`expert_runs_ref`) against
+`dsa_kernels.expert_runs`.
 
     python3 benchmarks/bench_router.py [--tokens 1,32,128,512]
 
@@ -18,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import dsa_kernels
-from dsa_kernels.reference import route_ref
+from dsa_kernels.reference import expert_runs_ref, route_ref
 from report import emit
 
 # name -> (hidden, experts, groups, groups kept, k, renormalize, scaling)
@@ -73,6 +75,14 @@ def main() -> None:
             rows.append(dict(model=name, tokens=tokens, torch_ms=round(t_torch, 5), kernel_ms=round(t_kernel, 5),
                              gemm_alone_ms=round(t_gemm, 5), speedup=round(t_torch / t_kernel, 2),
                              same_experts=same))
+            print(rows[-1], flush=True)
+            pairs = ids_ours.flatten()
+            same_runs = all(torch.equal(a, b) for a, b in zip(expert_runs_ref(pairs, experts),
+                                                               dsa_kernels.expert_runs(pairs, experts)))
+            t_sort = graph_ms(lambda: expert_runs_ref(pairs, experts))
+            t_runs = graph_ms(lambda: dsa_kernels.expert_runs(pairs, experts))
+            rows.append(dict(model=name, tokens=tokens, part="expert runs", torch_ms=round(t_sort, 5),
+                             kernel_ms=round(t_runs, 5), speedup=round(t_sort / t_runs, 2), same_runs=same_runs))
             print(rows[-1], flush=True)
     emit(dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(), rows=rows), a.json)
 

@@ -4,6 +4,7 @@ here; `dsa_kernels.reference` holds the oracles and the score/top-k conventions.
 
 from .dispatch import (
     available_backends,
+    expert_runs,
     fp8_grouped_linear,
     fp8_linear,
     paged_indexer_logits,
@@ -21,6 +22,7 @@ from .dispatch import (
 
 __all__ = [
     "available_backends",
+    "expert_runs",
     "fp8_grouped_linear",
     "fp8_linear",
     "paged_indexer_logits",

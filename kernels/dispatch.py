@@ -449,6 +449,17 @@ def route(logits, bias, n_group: int, topk_group: int, top_k: int, renormalize: 
     return triton_route(logits, bias, n_group, topk_group, top_k, renormalize, scaling)
 
 
+def expert_runs(expert_of_pair, num_experts: int, *, backend: str = "auto"):
+    """(token, expert) pairs' experts [P] -> (order [P] int64: the pairs stably sorted by expert;
+    ends [E] int32: each expert's run end), reference.expert_runs_ref; one kernel on a GPU for a
+    decode step's pairs (up to moe_runs.MAX_PAIRS), PyTorch's sort past them."""
+    from . import moe_runs
+
+    if expert_of_pair.shape[0] > moe_runs.MAX_PAIRS or _choose(expert_of_pair, backend, None) == "reference":
+        return ref.expert_runs_ref(expert_of_pair, num_experts)
+    return moe_runs.expert_runs(expert_of_pair, num_experts)
+
+
 # ---------------------------------------------------------------- block-scaled FP8 GEMMs
 
 

@@ -377,3 +377,12 @@ def route_ref(logits: torch.Tensor, bias: torch.Tensor, n_group: int, topk_group
     if renormalize:
         weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
     return weights * scaling, ids
+
+
+def expert_runs_ref(expert_of_pair: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token, expert) pairs [P] (the expert ids of ids [T, k] flattened) -> (order [P] int64: the
+    pairs sorted by expert, stably, so that each expert's pairs are one run; ends [E] int32: where
+    each expert's run ends, an expert no pair chose having an empty one)."""
+    sorted_experts, order = expert_of_pair.sort(stable=True)
+    experts = torch.arange(num_experts, device=expert_of_pair.device)
+    return order, torch.searchsorted(sorted_experts, experts, right=True).to(torch.int32)

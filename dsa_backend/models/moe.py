@@ -46,10 +46,8 @@ class Experts(nn.Module):
         runs. Nothing is read back to the host: a loop over the experts a batch routes to waits on
         the GPU once an expert (docs/PERFORMANCE.md, "Where an engine decode step's time goes")."""
         tokens, k = ids.shape
-        expert_of_pair, order = ids.flatten().sort(stable=True)
-        # run ends, one an expert (an expert no token chose has an empty run)
-        experts = torch.arange(self.w13.shape[0], device=ids.device)
-        ends = torch.searchsorted(expert_of_pair, experts, right=True).to(torch.int32)
+        # the pairs in expert order, and each expert's run end (an expert no token chose: empty)
+        order, ends = dsa_kernels.expert_runs(ids.flatten(), self.w13.shape[0])
         gate, up = _grouped(x, order // k, self.w13, self.w13_scale_inv, ends).chunk(2, dim=-1)
         # the router's weight scales the activation (it is linear through w2), a 2I-wide row, not an H-wide one
         act = (F.silu(gate) * up * weights.flatten()[order, None]).to(x.dtype)

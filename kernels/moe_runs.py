@@ -1,0 +1,47 @@
+"""The routed experts' pairs put in runs, one an expert, in one launch (reference.expert_runs_ref).
+
+PyTorch's stable sort of a decode step's few hundred (token, expert) pairs is a radix sort of
+several launches, ~26 µs a MoE layer on an H100, then a search for the runs' ends. Here a pair's
+place is counted directly: the pairs of lower experts, plus the same expert's pairs before it.
+Each program takes a block of pairs (and of experts, for the ends) and walks every pair's expert
+once; the work grows with the square of the pairs, so past MAX_PAIRS (prefill) the sort runs.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .host_math import cdiv
+
+BLOCK = 64
+MAX_PAIRS = 4096
+
+
+@triton.jit
+def _expert_runs_kernel(experts_ptr, order_ptr, ends_ptr, num_pairs, num_experts, BLOCK: tl.constexpr):
+    mine = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    # my pairs' experts (past the end: an expert above all, placed nowhere), and my experts' ids
+    expert = tl.load(experts_ptr + mine, mask=mine < num_pairs, other=num_experts).to(tl.int32)
+    place = tl.zeros([BLOCK], dtype=tl.int32)
+    end = tl.zeros([BLOCK], dtype=tl.int32)
+    for start in range(0, num_pairs, BLOCK):
+        other = start + tl.arange(0, BLOCK)
+        other_expert = tl.load(experts_ptr + other, mask=other < num_pairs, other=num_experts).to(tl.int32)
+        before = (other_expert[None, :] < expert[:, None]) | (
+            (other_expert[None, :] == expert[:, None]) & (other[None, :] < mine[:, None]))
+        place += tl.sum(before.to(tl.int32), axis=1)
+        end += tl.sum((other_expert[None, :] <= mine[:, None]).to(tl.int32), axis=1)
+    tl.store(order_ptr + place, mine.to(tl.int64), mask=mine < num_pairs)
+    tl.store(ends_ptr + mine, end, mask=mine < num_experts)
+
+
+def expert_runs(expert_of_pair: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`expert_runs_ref` for expert ids [P] (int32 or int64, each in [0, num_experts)), P <= MAX_PAIRS."""
+    pairs = expert_of_pair.shape[0]
+    order = torch.empty(pairs, dtype=torch.int64, device=expert_of_pair.device)
+    ends = torch.empty(num_experts, dtype=torch.int32, device=expert_of_pair.device)
+    _expert_runs_kernel[(cdiv(max(pairs, num_experts), BLOCK),)](expert_of_pair, order, ends, pairs, num_experts,
+                                                                  BLOCK=BLOCK, num_warps=4)
+    return order, ends
