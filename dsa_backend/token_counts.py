@@ -3,9 +3,9 @@
 A request with a penalty owns a slot: its prompt tokens as a set (repetition_penalty) and its
 output tokens as counts (frequency and presence; repetition too). Each step a slot catches up
 with the tokens its request gained since the last one, usually one, so a step's cost no longer
-grows with the prompt and output: rebuilding both from the host's lists every step took 3.4 ms of
-host time at batch 32 with 2K-token prompts (docs/PERFORMANCE.md, "Penalty counts kept across
-steps").
+grows with the prompt and output: rebuilding both from the host's lists every step took 3.4-7.4
+ms of host time at batch 32 with 2K-token prompts, 0.6 ms now (docs/PERFORMANCE.md, "Penalty
+counts kept across steps").
 
 Slot 0 stays empty for rows without penalties. Other slots go to requests least recently used
 first; a request whose slot was taken is rebuilt from its lists the next time it is sampled, so
