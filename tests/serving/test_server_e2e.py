@@ -55,6 +55,16 @@ def test_stream_equals_non_stream_equals_offline_llm(served, offline_llm, name):
     assert streamed.finish_reason == whole.finish_reason == "length"
 
 
+def test_penalties_reach_the_engine_and_give_the_offline_llms_text(served, offline_llm):
+    # Below 1 and below 0 the penalties make the tiny random model repeat what it has seen, so
+    # they show in the text (counts kept across steps, dsa_backend/token_counts.py).
+    params = dict(repetition_penalty=0.3, frequency_penalty=-1.0)
+    penalized = greedy(served.grpc_url, PROMPTS["english"], stream=True, **params)
+    [offline] = offline_llm.generate(PROMPTS["english"], SamplingParams(max_tokens=16, temperature=0, **params))
+    assert penalized.text == offline.text
+    assert penalized.text != greedy(served.grpc_url, PROMPTS["english"], stream=True).text
+
+
 def test_non_streamed_text_includes_the_prompt_unless_excluded(served):
     prompt = PROMPTS["english"]
     c = generate(served.grpc_url, prompt, 4, stream=False, temperature=0.0, timeout_s=120)
