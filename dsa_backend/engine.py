@@ -67,6 +67,7 @@ class EngineArgs:
     cuda_graph: bool = True              # CUDA, bf16: decode (MTP chain: verify) steps replay graphs (cuda_graphs.py)
     overlap_schedule: bool = True        # no speculation: build step n + 1 while the GPU runs step n
     fp8_weights: str = "auto"            # FP8 checkpoints: keep (e4m3 GEMMs) / dequantize; auto: keep on CUDA >= sm89
+    enable_prefix_caching: bool = True   # reuse the KV pages of a cached token prefix (cache/prefix_cache.py)
 
     def resolved_device(self) -> torch.device:
         if self.device == "auto":
@@ -151,7 +152,7 @@ class Engine:
         self.graphs = (DecodeGraphs(self.model, self.cache, args.max_running_requests, self.max_model_len,
                                     pad_page=held_page, tokens_per_request=n) if graphs else None)
         self.scheduler = Scheduler(self.cache.allocator, args.page_size, args.max_running_requests,
-                                   args.max_num_batched_tokens)
+                                   args.max_num_batched_tokens, prefix_caching=args.enable_prefix_caching)
         self.generator = torch.Generator(device=self.device).manual_seed(args.seed)
         self.drafter = None
         if self.spec:
@@ -453,9 +454,11 @@ class Engine:
             num_draft_tokens=seq.num_draft_tokens, num_accepted_draft_tokens=seq.num_accepted_draft_tokens)
 
     def stats(self) -> dict[str, int]:
-        kv = self.cache.stats()
+        pages = self.scheduler.pages
         return {"running": len(self.scheduler.running), "waiting": len(self.scheduler.waiting),
-                "kv_pages_total": kv.pages_total - self.num_held_pages, "kv_pages_free": kv.pages_free,
+                # cached pages no request holds are free: an allocation evicts them
+                "kv_pages_total": pages.allocator.num_pages - self.num_held_pages, "kv_pages_free": pages.num_available,
+                "kv_pages_cached": pages.num_cached, "prefix_cache_hit_tokens": self.scheduler.num_cached_tokens,
                 "retractions": self.scheduler.num_retractions}
 
 

@@ -8,6 +8,9 @@ needs a page and none is free, the most recently admitted request is retracted: 
 freed and it waits at the front to be recomputed (prompt and output so far) later.
 With speculative decoding, a decoding request also carries its draft tokens: they take budget and
 pages like real tokens, and are dropped (decode goes on without them) when the budget is short.
+With prefix caching, an admitted request starts after the longest run of whole pages of its
+tokens that is cached (cache/prefix_cache.py), and every page a running request fills is cached
+as soon as its tokens are known; cached pages nobody holds count as free and are evicted on demand.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from dsa_backend.cache.allocator import PageAllocator, pages_needed
+from dsa_backend.cache.prefix_cache import PrefixCache, page_keys
 from dsa_backend.sequence import Sequence, SequenceStatus
 from dsa_backend.spec.tree import DraftTree
 
@@ -38,14 +42,16 @@ class ScheduledChunk:
 
 
 class Scheduler:
-    def __init__(self, allocator: PageAllocator, page_size: int, max_running: int, max_batched_tokens: int):
-        self.allocator = allocator
+    def __init__(self, allocator: PageAllocator, page_size: int, max_running: int, max_batched_tokens: int,
+                 prefix_caching: bool = False):
+        self.pages = PrefixCache(allocator, enabled=prefix_caching)
         self.page_size = page_size
         self.max_running = max_running
         self.max_batched_tokens = max_batched_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_retractions = 0
+        self.num_cached_tokens = 0  # prompt (and recomputed output) tokens found in the cache at admission
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -56,6 +62,9 @@ class Scheduler:
     def schedule(self) -> list[ScheduledChunk]:
         budget = self.max_batched_tokens
         chunks: list[ScheduledChunk] = []
+        if self.pages.enabled:
+            for seq in self.running:
+                self._cache_full_pages(seq)
         for seq in list(self.running):
             if budget == 0:
                 break
@@ -74,9 +83,13 @@ class Scheduler:
             budget -= n + chunk.num_drafts
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
             seq = self.waiting[0]
+            self._match_prefix(seq)
             n = min(seq.num_uncomputed, budget)
-            if not self.allocator.can_allocate(pages_needed(seq.num_computed + n, self.page_size) - len(seq.pages)):
+            if pages_needed(seq.num_computed + n, self.page_size) - len(seq.pages) > self.pages.num_available:
+                self._release(seq)  # hold no pages while waiting
+                seq.num_computed = 0
                 break
+            self.num_cached_tokens += seq.num_computed
             self.waiting.popleft()
             self._grow(seq, seq.num_computed + n, protect=set())
             seq.status = SequenceStatus.RUNNING
@@ -89,26 +102,26 @@ class Scheduler:
         """Pages for num_tokens of a running request if they are free now, without retracting."""
         need = pages_needed(num_tokens, self.page_size) - len(seq.pages)
         if need > 0:
-            if not self.allocator.can_allocate(need):
+            if need > self.pages.num_available:
                 return False
-            seq.pages.extend(self.allocator.allocate(need))
+            seq.pages.extend(self.pages.allocate(need))
         return True
 
     def _grow(self, seq: Sequence, num_tokens: int, protect: set[Sequence]) -> bool:
         """Give seq pages for num_tokens, retracting later requests if needed; False if seq itself went."""
         need = pages_needed(num_tokens, self.page_size) - len(seq.pages)
-        while need > 0 and not self.allocator.can_allocate(need):
+        while need > 0 and need > self.pages.num_available:
             victims = [s for s in self.running if s not in protect]
             victim = max(victims, key=lambda s: s.arrival)
             self.retract(victim)
             if victim is seq:
                 return False
         if need > 0:
-            seq.pages.extend(self.allocator.allocate(need))
+            seq.pages.extend(self.pages.allocate(need))
         return True
 
     def retract(self, seq: Sequence) -> None:
-        """Free a running request's pages; it is recomputed from scratch when readmitted."""
+        """Free a running request's pages (cached ones stay cached); it is recomputed when readmitted."""
         self.running.remove(seq)
         self._release(seq)
         seq.num_computed = 0
@@ -128,6 +141,34 @@ class Scheduler:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
 
+    def _match_prefix(self, seq: Sequence) -> None:
+        """Start a waiting request after its cached prefix; its last token is always computed (its
+        logits are sampled)."""
+        if not self.pages.enabled:
+            return
+        seq.pages = self.pages.match(self._page_keys(seq, seq.num_tokens - 1))
+        seq.num_held_pages = len(seq.pages)
+        seq.num_computed = seq.num_held_pages * self.page_size
+
+    def _cache_full_pages(self, seq: Sequence) -> None:
+        """Cache the request's pages whose every token has its KV written."""
+        keys = self._page_keys(seq, seq.num_computed)
+        if len(keys) > seq.num_held_pages:
+            seq.num_held_pages = self.pages.insert(seq.pages, seq.num_held_pages, keys)
+
+    def _page_keys(self, seq: Sequence, num_tokens: int) -> list[bytes]:
+        """The keys of the whole pages of seq's first num_tokens tokens whose ids are known (not
+        the unread ones of overlap scheduling), each computed once in the request's life."""
+        have = len(seq.page_keys)
+        want = min(num_tokens, len(seq.prompt_ids) + len(seq.output_ids)) // self.page_size
+        if want > have:
+            seq.page_keys += page_keys(seq.token_ids(have * self.page_size, want * self.page_size), self.page_size,
+                                       seq.page_keys[-1] if have else b"")
+        return seq.page_keys[:want]
+
     def _release(self, seq: Sequence) -> None:
-        self.allocator.free(seq.pages)
+        if self.pages.enabled and seq.status is SequenceStatus.RUNNING:
+            self._cache_full_pages(seq)
+        self.pages.release(seq.pages, seq.num_held_pages)
         seq.pages = []
+        seq.num_held_pages = 0

@@ -38,6 +38,8 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
     pages: list[int] = field(default_factory=list)
+    num_held_pages: int = 0         # leading pages held through the prefix cache (shared, read-only)
+    page_keys: list[bytes] = field(default_factory=list)  # prefix-cache keys of its whole pages so far
     num_computed: int = 0
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: str | None = None

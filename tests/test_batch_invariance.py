@@ -1,4 +1,5 @@
-"""Greedy output does not depend on the batch: alone or among 31 others, the same tokens.
+"""Greedy output does not depend on the batch: alone or among 31 others, the same tokens; and
+computed whole or after a prefix found in the prefix cache, the same tokens.
 
 On the CPU (float32) the engine's kernels already are; on a GPU in bfloat16 it takes
 batch_invariant=True (dsa_kernels.batch_invariant), which patches aten's CUDA GEMMs and
@@ -19,8 +20,10 @@ def _prompts(vocab: int) -> list[list[int]]:
 
 
 def _alone_and_batched(model, **engine_args) -> tuple[list[list[int]], list[list[int]]]:
-    # A small step budget chunks the long prompts among the others but not alone.
-    llm = LLM(model, page_size=16, num_kv_pages=1024, max_num_batched_tokens=256, **engine_args)
+    # A small step budget chunks the long prompts among the others but not alone. Prompts computed
+    # whole: the batched run would otherwise leave their pages cached for the runs alone.
+    llm = LLM(model, page_size=16, num_kv_pages=1024, max_num_batched_tokens=256, enable_prefix_caching=False,
+              **engine_args)
     prompts = _prompts(llm.engine.config.vocab_size)
     params = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
     batched = [out.token_ids for out in llm.generate(prompts, params)]
@@ -39,6 +42,32 @@ def test_greedy_tokens_alone_equal_tokens_among_31_others_on_the_cpu(checkpoint)
 def test_greedy_tokens_alone_equal_tokens_among_31_others_in_bfloat16_on_the_gpu(checkpoint, arch):
     alone, batched = _alone_and_batched(checkpoint(arch), device="cuda", dtype="bfloat16", batch_invariant=True)
     assert batched == alone
+
+
+def _whole_and_after_cached_prefixes(model, **engine_args) -> tuple[list[list[int]], list[list[int]], int]:
+    llm = LLM(model, page_size=16, num_kv_pages=1024, **engine_args)
+    prompts = _prompts(llm.engine.config.vocab_size)
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    whole = [out.token_ids for out in llm.generate(prompts, params)]   # one step: nothing cached yet
+    again = [out.token_ids for out in llm.generate(prompts, params)]
+    return whole, again, llm.engine.stats()["prefix_cache_hit_tokens"]
+
+
+def _whole_pages_before_the_last_token(page_size: int = 16) -> int:
+    return sum((n - 1) // page_size * page_size for n in PROMPT_LENGTHS)
+
+
+def test_greedy_tokens_after_cached_prefixes_equal_the_whole_prefills_on_the_cpu(checkpoint):
+    whole, again, hits = _whole_and_after_cached_prefixes(checkpoint("deepseek_v32"), device="cpu")
+    assert again == whole and hits == _whole_pages_before_the_last_token()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", ["deepseek_v32", "glm_moe_dsa"])
+def test_greedy_tokens_after_cached_prefixes_equal_the_whole_prefills_in_bfloat16_on_the_gpu(checkpoint, arch):
+    whole, again, hits = _whole_and_after_cached_prefixes(checkpoint(arch), device="cuda", dtype="bfloat16",
+                                                         batch_invariant=True, kv_cache_dtype="fp8")
+    assert again == whole and hits == _whole_pages_before_the_last_token()
 
 
 @pytest.mark.gpu

@@ -1,5 +1,6 @@
 """benchmarks/bench_kernels.py at its --smoke sizes on the CPU (Triton's interpreter): every section
-runs to the end and every correctness check it makes passes; bench_engine.py on a tiny checkpoint.
+runs to the end and every correctness check it makes passes; bench_engine.py and
+bench_prefix_cache.py on a tiny checkpoint.
 Device time is scarce; a benchmark that breaks there (a KeyError, a None where a CUDA-graph time
 would be) costs a whole call."""
 
@@ -64,3 +65,17 @@ def test_the_engine_benchmark_runs_an_engine_a_fp8_weights_setting(tmp_path, che
     res = json.loads(out.read_text())
     assert [r["backend"] for r in res["runs"]] == ["kernel-keep", "kernel-dequantize"]
     assert res["kernel-keep_over_kernel-dequantize"] > 0
+
+
+def test_the_prefix_cache_benchmark_finds_the_prefix_only_when_on(tmp_path, checkpoint):
+    script = SCRIPT.parent / "bench_prefix_cache.py"
+    out = tmp_path / "prefix.json"
+    run = subprocess.run([sys.executable, str(script), "--model", str(checkpoint("deepseek_v32")), "--device", "cpu",
+                          "--prefix-len", "130", "--suffix-len", "5", "--batch", "2", "--max-tokens", "2",
+                          "--rounds", "1", "--kv-cache-dtype", "auto", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    res = json.loads(out.read_text())
+    # pages of 64: the prefix's two whole pages, for the request alone and each of the batch's two
+    assert [(r["mode"], r["cached_tokens"]) for r in res["runs"]] == [("off", 0), ("on", 3 * 128)]
+    assert res["on_over_off"]["batch_done_ms"] > 0

@@ -184,7 +184,7 @@ def test_greedy_tokens_with_graphs_equal_the_eager_engines(checkpoint, arch, mon
     monkeypatch.setattr(llm.engine.graphs, "forward", lambda batch: replayed.append(batch.batch_size) or forward(batch))
     assert [out.token_ids for out in llm.generate(prompts, params)] == eager
     assert len(replayed) >= 39 and set(llm.engine.graphs.graphs) == captured  # decode steps replayed, none captured
-    assert llm.engine.cache.allocator.num_free == llm.engine.num_kv_pages  # all but the held page free again
+    assert llm.engine.scheduler.pages.num_available == llm.engine.num_kv_pages  # all but the held page free again
 
 
 @pytest.mark.gpu

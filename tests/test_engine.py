@@ -51,7 +51,7 @@ def test_tiny_kv_pool_retracts_and_still_completes_every_request_correctly(path)
     got = run_all(small, {f"r{i}": (p, params) for i, p in enumerate(prompts)})
     assert got == expected
     assert small.scheduler.num_retractions > 0
-    assert small.cache.allocator.num_free == 6
+    assert small.scheduler.pages.num_available == 6
 
 
 def test_same_seed_gives_the_same_sample_whatever_else_runs(path):
@@ -92,10 +92,10 @@ def test_abort_mid_generation_frees_every_page(path):
     engine.add_request("a", random_prompts([40], seed=26)[0], SamplingParams(max_tokens=50, ignore_eos=True))
     engine.step()
     engine.step()
-    assert engine.cache.allocator.num_free < 16
+    assert engine.scheduler.pages.num_available < 16
     out = engine.abort("a")
     assert out.finished and out.finish_reason == "abort"
-    assert engine.cache.allocator.num_free == 16 and not engine.has_work()
+    assert engine.scheduler.pages.num_available == 16 and not engine.has_work()
 
 
 def test_logprobs_are_reported_and_summed(path):
@@ -145,3 +145,56 @@ def test_runner_shutdown_ends_in_flight_requests_with_a_final_output(path):
     assert sorted(o.request_id for o in finals) == ["r0", "r1"]
     assert all(o.finish_reason == "abort" for o in finals)
     assert runner.stats()["kv_pages_free"] == runner.stats()["kv_pages_total"]
+
+
+def shared_prefix_requests(prefix_len: int, tails: list[int], seed: int) -> dict[str, list[int]]:
+    system, *rest = random_prompts([prefix_len, *tails], seed=seed)
+    return {f"t{i}": system + tail for i, tail in enumerate(rest)}
+
+
+def test_prefix_cache_hits_give_the_tokens_of_a_full_prefill(path):
+    first = shared_prefix_requests(40, [3, 9, 17], seed=28)          # pages of 16: two shared, 32 tokens
+    second = {**shared_prefix_requests(40, [5, 11], seed=28), "again": first["t1"]}
+    second = {f"s{k}": p for k, p in second.items()}
+    want = run_all(make_engine(path, enable_prefix_caching=False),
+                   {k: (p, GREEDY) for k, p in {**first, **second}.items()})
+    engine = make_engine(path)
+    got = run_all(engine, {k: (p, GREEDY) for k, p in first.items()})
+    assert engine.stats()["prefix_cache_hit_tokens"] == 0            # admitted in one step: nothing cached yet
+    got |= run_all(engine, {k: (p, GREEDY) for k, p in second.items()})
+    assert got == want
+    # the two new tails find the system prompt's two pages; the repeat finds its own three
+    assert engine.stats()["prefix_cache_hit_tokens"] == 32 + 32 + 48
+    assert engine.stats()["kv_pages_free"] == engine.stats()["kv_pages_total"]
+
+
+def test_a_request_sharing_cached_pages_is_untouched_by_its_neighbours_abort(path):
+    prompts = shared_prefix_requests(48, [4, 6], seed=29)
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    alone = run_all(make_engine(path, enable_prefix_caching=False), {"t1": (prompts["t1"], params)})
+    engine = make_engine(path)
+    run_all(engine, {"warm": (prompts["t0"], GREEDY)})               # caches the shared pages
+    engine.add_request("a", prompts["t0"], SamplingParams(max_tokens=50, ignore_eos=True))
+    engine.add_request("b", prompts["t1"], params)
+    tokens = []
+    for step in range(20):
+        if step == 3:
+            engine.abort("a")
+        tokens += [t for out in engine.step() if out.request_id == "b" for t in out.new_token_ids]
+    assert tokens == alone["t1"] and not engine.has_work()
+    assert engine.stats()["prefix_cache_hit_tokens"] == 48 + 48
+
+
+def test_a_tight_pool_evicts_cached_pages_and_every_request_still_completes_correctly(path):
+    prompts = {**shared_prefix_requests(32, [20, 30, 25], seed=30), **shared_prefix_requests(20, [28, 35], seed=31)}
+    params = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
+    expected = run_all(make_engine(path, enable_prefix_caching=False),
+                       {f"{k}{j}": (p, params) for j in range(2) for k, p in prompts.items()})
+    small = make_engine(path, num_kv_pages=8)
+    got = {}
+    for j in range(2):  # the second round finds what the first left, as far as eviction allowed
+        got |= run_all(small, {f"{k}{j}": (p, params) for k, p in prompts.items()})
+    assert got == expected
+    stats = small.stats()
+    assert stats["prefix_cache_hit_tokens"] > 0 and stats["kv_pages_free"] == 8
+    assert small.scheduler.pages.num_cached <= 8

@@ -66,7 +66,7 @@ def test_overlapped_steps_give_the_tokens_logprobs_and_finishes_of_steps_read_ba
         got = [lp for o in overlapped[rid] for lp in o.new_logprobs]
         want = [lp for o in sync[rid] for lp in o.new_logprobs]
         assert got == pytest.approx(want, abs=1e-5)
-    assert engine.cache.allocator.num_free == engine.num_kv_pages and not engine.sequences
+    assert engine.scheduler.pages.num_available == engine.num_kv_pages and not engine.sequences
 
 
 def test_requests_whose_sampling_reads_the_output_see_every_token_before_it(path):
@@ -113,7 +113,7 @@ def test_abort_with_a_token_still_unread_frees_every_page_and_reports_only_read_
     assert engine.sequences["a"].pending_rows  # the fourth step's token is still on its way
     out = engine.abort("a")
     assert out.finished and out.finish_reason == "abort" and out.num_output_tokens == emitted == 3
-    assert engine.cache.allocator.num_free == 16 and not engine.has_work()
+    assert engine.scheduler.pages.num_available == 16 and not engine.has_work()
     assert engine.step() == []  # the unread token of an ended request is dropped
 
 
@@ -124,7 +124,7 @@ def test_a_tiny_pool_retracts_and_overlapped_requests_still_complete_exactly(pat
     engine = make_engine(path, True, num_kv_pages=6)  # 96 slots for ~6 x 60 tokens of demand
     got = summary(run_all(engine, requests))
     assert got == summary(run_all(make_engine(path, False), requests))
-    assert engine.scheduler.num_retractions > 0 and engine.cache.allocator.num_free == 6
+    assert engine.scheduler.num_retractions > 0 and engine.scheduler.pages.num_available == 6
 
 
 @pytest.mark.gpu

@@ -80,3 +80,67 @@ def test_finish_frees_pages_of_running_and_waiting_requests():
     s.finish(b, "abort")
     assert alloc.num_free == 8 and not s.has_work()
     assert a.finish_reason == "abort" and a.is_finished
+
+
+def compute(chunks) -> None:
+    for ch in chunks:
+        ch.seq.num_computed += ch.num_tokens
+
+
+def test_a_request_starts_after_its_cached_prefix_and_computes_its_last_token():
+    s = Scheduler(PageAllocator(16), page_size=4, max_running=8, max_batched_tokens=64, prefix_caching=True)
+    a = seq(0, 10)
+    s.add(a)
+    compute(s.schedule())
+    cached = a.pages[:2]
+    s.finish(a, "stop")                    # its two whole pages stay cached
+    b, c = seq(1, 12), seq(2, 8)           # b shares a's 10 tokens; c's prompt is exactly a's two pages
+    s.add(b)
+    s.add(c)
+    chunks = s.schedule()
+    assert [(ch.start, ch.num_tokens) for ch in chunks] == [(8, 4), (4, 4)]
+    assert b.pages[:2] == cached and c.pages[:1] == cached[:1] and s.num_cached_tokens == 8 + 4
+
+
+def test_pages_are_cached_while_their_request_runs():
+    s = Scheduler(PageAllocator(16), page_size=4, max_running=8, max_batched_tokens=64, prefix_caching=True)
+    a = seq(0, 9)
+    s.add(a)
+    compute(s.schedule())
+    b = seq(1, 9)
+    s.add(b)
+    a.output_ids.append(5)
+    chunks = s.schedule()                  # a's two whole pages are cached as this step is planned
+    assert [(ch.seq, ch.start) for ch in chunks] == [(a, 9), (b, 8)]
+    assert b.pages[:2] == a.pages[:2]
+
+
+def test_a_waiting_request_that_does_not_fit_holds_no_cached_pages():
+    alloc = PageAllocator(4)
+    s = Scheduler(alloc, page_size=4, max_running=8, max_batched_tokens=64, prefix_caching=True)
+    a = seq(0, 8)
+    s.add(a)
+    compute(s.schedule())
+    s.finish(a, "stop")
+    big = seq(1, 24)                       # matches a's two pages, needs four more
+    s.add(big)
+    assert s.schedule() == []
+    assert big.pages == [] and big.num_computed == 0 and s.pages.num_available == 4
+
+
+def test_a_retracted_request_resumes_from_its_cached_pages():
+    alloc = PageAllocator(5)
+    s = Scheduler(alloc, page_size=4, max_running=8, max_batched_tokens=64, prefix_caching=True)
+    a, b = seq(0, 8), Sequence("r1", list(range(100, 109)), SamplingParams(max_tokens=4), arrival=1)
+    s.add(a)
+    s.add(b)
+    for ch in s.schedule():
+        ch.seq.num_computed += ch.num_tokens
+        ch.seq.output_ids.append(1)
+    assert s.pages.num_available == 0
+    assert [ch.seq for ch in s.schedule()] == [a]    # a's 9th token needs a page: b is retracted
+    assert b.status is SequenceStatus.WAITING and s.pages.num_cached == 4
+    s.finish(a, "stop")
+    chunks = s.schedule()
+    assert [(ch.seq, ch.start, ch.num_tokens) for ch in chunks] == [(b, 8, 2)]
+

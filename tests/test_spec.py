@@ -56,7 +56,7 @@ def test_chain_speculation_gives_exactly_the_plain_greedy_tokens(checkpoint, nam
     spec = engine(checkpoint(name), page_size, speculative_algorithm="mtp", speculative_num_steps=steps)
     got = run_all(spec, {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS)})
     assert got == plain_greedy(checkpoint, name)
-    assert spec.cache.allocator.num_free == spec.num_kv_pages
+    assert spec.scheduler.pages.num_available == spec.num_kv_pages
 
 
 @pytest.mark.parametrize("corrupt_last", [False, True])
@@ -86,7 +86,7 @@ def test_accepted_drafts_keep_their_kv_and_stay_lossless(checkpoint, corrupt_las
     rate = sum(o.num_accepted_draft_tokens for o in finals.values()) / sum(
         o.num_draft_tokens for o in finals.values())
     assert (0.6 < rate < 0.7) if corrupt_last else rate == 1.0
-    assert spec.cache.allocator.num_free == spec.num_kv_pages
+    assert spec.scheduler.pages.num_available == spec.num_kv_pages
 
 
 def test_accepted_drafts_are_judged_with_their_path_as_output(checkpoint):
@@ -183,7 +183,7 @@ def test_cancelling_mid_speculation_frees_every_page_drafts_included(checkpoint)
     seq = e.sequences["a"]
     assert seq.draft and seq.num_draft_tokens > 0
     e.abort("a")
-    assert e.cache.allocator.num_free == e.num_kv_pages
+    assert e.scheduler.pages.num_available == e.num_kv_pages
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -213,3 +213,24 @@ def test_verify_metadata_can_be_rebound_as_a_graph_replay_would():
     batch.seq_lens = batch.seq_lens + 3
     batch.positions = batch.positions + 3
     assert batch.seq_lens.tolist() == [10] and batch.positions.tolist() == [7, 8, 9]
+
+
+@pytest.mark.parametrize("name, spec", [
+    ("deepseek_v32", dict(speculative_algorithm="mtp", speculative_num_steps=3)),
+    ("glm_moe_dsa", dict(speculative_algorithm="eagle", speculative_num_steps=2, speculative_eagle_topk=3)),
+])
+def test_speculation_over_cached_prefixes_gives_the_plain_greedy_tokens(checkpoint, name, spec):
+    # The MTP layer's KV at a cached prefix's last position was made with the next token of the
+    # request that cached it: drafts may differ, the verified tokens may not.
+    system, *tails = random_prompts([70, 5, 30, 12], seed=32)
+    waves = [{"a": system + tails[0]}, {"b": system + tails[1], "c": system + tails[2], "d": system + tails[0]}]
+    path = checkpoint(name)
+    want = run_all(engine(path, 16, enable_prefix_caching=False),
+                   {k: (p, GREEDY) for wave in waves for k, p in wave.items()})
+    e = engine(path, 16, **spec)
+    got = {}
+    for wave in waves:
+        got |= run_all(e, {k: (p, GREEDY) for k, p in wave.items()})
+    assert got == want
+    assert e.stats()["prefix_cache_hit_tokens"] == 3 * 64
+    assert e.scheduler.pages.num_available == e.num_kv_pages

@@ -65,7 +65,7 @@ def test_drafts_of_spans_padded_for_a_replay_equal_the_unpadded_drafts(checkpoin
     padded_drafts = _record_drafts(padded)
     assert run_all(padded, requests) == run_all(eager, requests) == plain_greedy(checkpoint, name)
     assert len(replays) > 20 and padded_drafts == eager_drafts
-    assert padded.cache.allocator.num_free == padded.num_kv_pages
+    assert padded.scheduler.pages.num_available == padded.num_kv_pages
 
 
 def test_padding_requests_of_a_replay_write_only_the_held_page(checkpoint):
@@ -110,4 +110,4 @@ def test_chain_drafts_replayed_in_graphs_equal_the_eager_engines(checkpoint, nam
     # argmax drafts of bf16 logits: a near tie may break the other way in a padded batch
     same = sum(a == b for a, b in zip(drafts, eager_drafts))
     assert len(drafts) == len(eager_drafts) and same >= 0.9 * len(drafts)
-    assert llm.engine.cache.allocator.num_free == llm.engine.num_kv_pages
+    assert llm.engine.scheduler.pages.num_available == llm.engine.num_kv_pages

@@ -30,7 +30,7 @@ def test_tree_speculation_gives_exactly_the_plain_greedy_tokens(checkpoint, name
     spec = tree_engine(checkpoint(name), page_size, steps, topk, speculative_num_draft_tokens=num_draft_tokens)
     got = run_all(spec, {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS)})
     assert got == plain_greedy(checkpoint, name)
-    assert spec.cache.allocator.num_free == spec.num_kv_pages
+    assert spec.scheduler.pages.num_available == spec.num_kv_pages
 
 
 def decoy_tree(path_tokens: list[int]) -> DraftTree:
@@ -74,7 +74,7 @@ def test_accepted_paths_off_the_first_branch_are_compacted_and_stay_lossless(che
     finals = record_finished(spec)
     assert run_all(spec, {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS)}) == expected
     assert {rid: o.num_accepted_draft_tokens for rid, o in finals.items()} == offered
-    assert spec.cache.allocator.num_free == spec.num_kv_pages
+    assert spec.scheduler.pages.num_available == spec.num_kv_pages
 
 
 def pool_rows(e, seq_pages, page_size, num_positions):
@@ -183,7 +183,7 @@ def test_tree_drafts_take_token_budget_and_pages(checkpoint):
         assert all(room >= n + d for n, d, room in step)            # pages for every tree node
     assert any(d == 12 for step in scheduled for _, d, _ in step)
     assert any(len(step) == 2 and {d for _, d, _ in step} == {0, 12} for step in scheduled)  # one tree dropped
-    assert e.cache.allocator.num_free == e.num_kv_pages
+    assert e.scheduler.pages.num_available == e.num_kv_pages
 
 
 def test_cancelling_mid_tree_speculation_frees_every_page_drafts_included(checkpoint):
@@ -195,7 +195,7 @@ def test_cancelling_mid_tree_speculation_frees_every_page_drafts_included(checkp
     assert seq.draft.num_drafts == 12 and len(set(seq.draft.parents)) > 1 and seq.num_draft_tokens > 0
     assert len(seq.pages) * 16 >= seq.num_computed + e.spec.lookahead
     e.abort("a")
-    assert e.cache.allocator.num_free == e.num_kv_pages
+    assert e.scheduler.pages.num_available == e.num_kv_pages
 
 
 @pytest.mark.parametrize("steps, topk, given, expected", [

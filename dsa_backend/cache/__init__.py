@@ -1,16 +1,17 @@
-"""Paged KV cache of a DSA model: one page allocator over the MLA latent and indexer-key pools."""
+"""Paged KV cache of a DSA model: one page allocator over the MLA latent and indexer-key pools, and the
+prefix cache that keeps pages past their requests."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 
 from dsa_backend.cache.allocator import OutOfPages, PageAllocator, pages_needed
 from dsa_backend.cache.pools import IndexerKeyPool, MlaKVPool
+from dsa_backend.cache.prefix_cache import PrefixCache
 from dsa_backend.config import ModelConfig
 
-__all__ = ["KVCache", "KVCacheStats", "OutOfPages", "PageAllocator", "indexer_is_fp8", "pages_needed"]
+__all__ = ["KVCache", "OutOfPages", "PageAllocator", "PrefixCache", "indexer_is_fp8", "pages_needed"]
 
 
 def indexer_is_fp8(kv_cache_dtype: str, device: torch.device | str) -> bool:
@@ -22,19 +23,6 @@ def indexer_is_fp8(kv_cache_dtype: str, device: torch.device | str) -> bool:
     keeps the keys exact, so top-k sets match transformers' indexer.
     """
     return kv_cache_dtype == "fp8" or (kv_cache_dtype == "auto" and torch.device(device).type == "cuda")
-
-
-@dataclass(frozen=True)
-class KVCacheStats:
-    page_size: int
-    pages_total: int
-    pages_free: int
-    mla_bytes_per_token: int
-    indexer_bytes_per_token: int
-
-    @property
-    def pages_used(self) -> int:
-        return self.pages_total - self.pages_free
 
 
 class KVCache:
@@ -69,10 +57,6 @@ class KVCache:
             raise ValueError(f"dst_slots {tuple(dst_slots.shape)} and src_slots {tuple(src_slots.shape)} differ")
         self.mla.buffer[:, dst_slots] = self.mla.buffer[:, src_slots]
         self.indexer.move(dst_slots, src_slots)
-
-    def stats(self) -> KVCacheStats:
-        return KVCacheStats(self.page_size, self.allocator.num_pages, self.allocator.num_free,
-                            self.mla.bytes_per_token, self.indexer.bytes_per_token)
 
     @staticmethod
     def bytes_per_page(config: ModelConfig, page_size: int, kv_cache_dtype: str, dtype: torch.dtype,

@@ -35,6 +35,7 @@ DEFAULTS = {
     "cuda_graph": "true",
     "overlap_schedule": "true",           # schedule step n + 1 while the GPU runs step n (no speculation)
     "fp8_weights": "auto",                # FP8 checkpoints: auto (keep on a GPU), keep, dequantize
+    "enable_prefix_caching": "true",      # reuse the KV pages of prompts' cached prefixes
     "shutdown_timeout_s": "10",
     "speculative_algorithm": "",          # empty: no speculative decoding; mtp or eagle: the MTP layer drafts
     "speculative_num_steps": "1",

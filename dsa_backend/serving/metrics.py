@@ -36,14 +36,17 @@ class ServerMetrics:
             family("dsa_requests_running", "Requests in the running batch", gauge),
             family("dsa_requests_waiting", "Requests queued or retracted", gauge),
             family("dsa_kv_pages_used", "KV cache pages in use", gauge),
-            family("dsa_kv_pages_free", "KV cache pages free", gauge),
+            family("dsa_kv_pages_free", "KV cache pages free (cached pages no request holds included)", gauge),
+            family("dsa_kv_pages_cached", "KV cache pages in the prefix cache", gauge),
+            family("dsa_prefix_cache_hit_tokens_total",
+                   "Prompt tokens found in the prefix cache at admission (not computed)", counter),
             family("dsa_retractions_total", "Requests preempted for KV pages (recomputed later)", counter),
             family("dsa_spec_draft_tokens_total", "Speculative draft tokens verified by the target", counter),
             family("dsa_spec_accepted_tokens_total", "Speculative draft tokens accepted", counter),
             family("dsa_spec_accept_length", "Tokens per request per verify step (accepted drafts + 1)",
                    histogram),
         ]
-        (requests, prompt, generation, ttft, itl, running, waiting, used, free, retractions,
+        (requests, prompt, generation, ttft, itl, running, waiting, used, free, cached, cache_hits, retractions,
          drafted, accepted, accept_length) = self._families
         self._labels = labels
         self._requests_family = requests
@@ -56,8 +59,11 @@ class ServerMetrics:
         self.waiting = waiting.Metric(labels=labels)
         self.pages_used = {p: used.Metric(labels={**labels, "pool": p}) for p in POOLS}
         self.pages_free = {p: free.Metric(labels={**labels, "pool": p}) for p in POOLS}
-        self.retractions = retractions.Metric(labels=labels)
-        self._retractions_seen = 0
+        self.pages_cached = {p: cached.Metric(labels={**labels, "pool": p}) for p in POOLS}
+        # counters of engine totals since start (stats' keys), each with the total it last saw
+        self._engine_counters = {"retractions": retractions.Metric(labels=labels),
+                                 "prefix_cache_hit_tokens": cache_hits.Metric(labels=labels)}
+        self._engine_totals_seen = dict.fromkeys(self._engine_counters, 0)
         self.spec_draft_tokens = drafted.Metric(labels=labels)
         self.spec_accepted_tokens = accepted.Metric(labels=labels)
         self.spec_accept_length = accept_length.Metric(labels=labels, buckets=ACCEPT_LENGTH_BUCKETS)
@@ -94,10 +100,10 @@ class ServerMetrics:
         for pool in POOLS:
             self.pages_used[pool].set(stats["kv_pages_total"] - stats["kv_pages_free"])
             self.pages_free[pool].set(stats["kv_pages_free"])
+            self.pages_cached[pool].set(stats["kv_pages_cached"])
         self.running.set(stats["running"])
         self.waiting.set(stats["waiting"])
-        # The engine counts retractions since start; the counter takes the increase.
-        seen = stats.get("retractions", 0)
-        if seen > self._retractions_seen:
-            self.retractions.increment(seen - self._retractions_seen)
-            self._retractions_seen = seen
+        for key, counter in self._engine_counters.items():
+            if stats[key] > self._engine_totals_seen[key]:
+                counter.increment(stats[key] - self._engine_totals_seen[key])
+                self._engine_totals_seen[key] = stats[key]
