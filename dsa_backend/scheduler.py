@@ -146,25 +146,25 @@ class Scheduler:
         logits are sampled)."""
         if not self.pages.enabled:
             return
-        seq.pages = self.pages.match(self._page_keys(seq, seq.num_tokens - 1))
+        seq.pages = self.pages.match(seq.page_keys[:self._known_pages(seq, seq.num_tokens - 1)])
         seq.num_held_pages = len(seq.pages)
         seq.num_computed = seq.num_held_pages * self.page_size
 
     def _cache_full_pages(self, seq: Sequence) -> None:
         """Cache the request's pages whose every token has its KV written."""
-        keys = self._page_keys(seq, seq.num_computed)
-        if len(keys) > seq.num_held_pages:
-            seq.num_held_pages = self.pages.insert(seq.pages, seq.num_held_pages, keys)
+        full = self._known_pages(seq, seq.num_computed)
+        if full > seq.num_held_pages:
+            seq.num_held_pages = self.pages.insert(seq.pages, seq.num_held_pages, seq.page_keys[:full])
 
-    def _page_keys(self, seq: Sequence, num_tokens: int) -> list[bytes]:
-        """The keys of the whole pages of seq's first num_tokens tokens whose ids are known (not
-        the unread ones of overlap scheduling), each computed once in the request's life."""
+    def _known_pages(self, seq: Sequence, num_tokens: int) -> int:
+        """How many whole pages of seq's first num_tokens tokens hold known ids (not the unread
+        ones of overlap scheduling); seq.page_keys has their keys, each computed once."""
         have = len(seq.page_keys)
         want = min(num_tokens, len(seq.prompt_ids) + len(seq.output_ids)) // self.page_size
         if want > have:
             seq.page_keys += page_keys(seq.token_ids(have * self.page_size, want * self.page_size), self.page_size,
                                        seq.page_keys[-1] if have else b"")
-        return seq.page_keys[:want]
+        return want
 
     def _release(self, seq: Sequence) -> None:
         if self.pages.enabled and seq.status is SequenceStatus.RUNNING:
