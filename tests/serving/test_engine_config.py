@@ -82,3 +82,10 @@ def test_warmup_is_off_by_default_and_can_be_turned_on():
     assert engine_args({**FILLED, "warmup": "true"}, "cpu").warmup is True
     with pytest.raises(ValueError, match="warmup must be true or false, got 'later'"):
         engine_args({**FILLED, "warmup": "later"}, "cpu")
+
+
+def test_prefix_caching_is_on_by_default_and_can_be_turned_off():
+    assert engine_args(FILLED, "cpu").enable_prefix_caching is True
+    assert engine_args({**FILLED, "enable_prefix_caching": "false"}, "cpu").enable_prefix_caching is False
+    with pytest.raises(ValueError, match="enable_prefix_caching must be true or false"):
+        engine_args({**FILLED, "enable_prefix_caching": "maybe"}, "cpu")
