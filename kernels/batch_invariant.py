@@ -206,6 +206,16 @@ def enable_batch_invariant_mode(device: torch.device) -> None:
              "takes our kernel at a split set by top-k alone")
 
 
+def disable_batch_invariant_mode() -> None:
+    """Give aten its own CUDA kernels back: the mode is for a whole serving process, but a test
+    process that enabled it goes on to capture CUDA graphs, which its grouped GEMM cannot."""
+    global _ENABLED
+    if _register_cuda_overrides.cache_info().currsize:
+        _register_cuda_overrides()._destroy()  # the dispatcher falls back to the kernels it replaced
+        _register_cuda_overrides.cache_clear()
+    _ENABLED = False
+
+
 def enabled() -> bool:
     """Whether this process is in batch-invariant mode. Sparse MLA splits top-k by the grid's size,
     and a row merged from two splits rounds differently from one merged from 32, so under this mode

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,3 +26,13 @@ def checkpoint(tmp_path_factory):
         return made[name]
 
     return get
+
+
+@pytest.fixture(autouse=True)
+def batch_invariant_mode_ends_with_its_test():
+    """A GPU test that enables batch-invariant mode (an Engine with batch_invariant=True) patches
+    aten for the process; later tests in it would capture CUDA graphs through the patched GEMMs."""
+    yield
+    module = sys.modules.get("dsa_kernels.batch_invariant")
+    if module is not None and module.enabled():
+        module.disable_batch_invariant_mode()

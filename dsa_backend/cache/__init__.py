@@ -3,7 +3,6 @@ prefix cache that keeps pages past their requests."""
 
 from __future__ import annotations
 
-
 import torch
 
 from dsa_backend.cache.allocator import OutOfPages, PageAllocator, pages_needed

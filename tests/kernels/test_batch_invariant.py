@@ -77,3 +77,14 @@ def test_reduction_of_a_row_does_not_depend_on_the_other_rows():
 def test_mean_over_nothing_is_nan_and_integer_sums_widen():
     assert torch.isnan(bi.reduce_sum(torch.zeros(2, 0), [1], mean=True)).all()
     assert torch.equal(bi.reduce_sum(torch.ones(2, 5, dtype=torch.int32), [1]), torch.tensor([5, 5]))
+
+
+@pytest.mark.gpu
+def test_disabling_the_mode_gives_aten_its_cuda_kernels_back():
+    a = torch.randn(300, 1536, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(1536, 700, device="cuda", dtype=torch.bfloat16)
+    cublas = torch.mm(a, b)
+    bi.enable_batch_invariant_mode(torch.device("cuda"))
+    assert bi.enabled() and torch.equal(torch.mm(a, b), bi.mm(a, b))
+    bi.disable_batch_invariant_mode()
+    assert not bi.enabled() and torch.equal(torch.mm(a, b), cublas)
