@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-requests", type=int, default=32, help="requests per level")
     parser.add_argument("--input-len", type=int, default=128, help="prompt length in tokens (mean)")
     parser.add_argument("--input-len-std", type=float, default=0, help="0: fixed prompt length")
+    parser.add_argument("--shared-prefix-len", type=int, default=0,
+                        help="tokens every prompt starts with (a system prompt), before its own --input-len")
     parser.add_argument("--output-len", type=int, default=64, help="generated tokens (mean)")
     parser.add_argument("--output-len-std", type=float, default=0, help="0: fixed output length")
     parser.add_argument("--seed", type=int, default=0)
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     requests = make_requests(args.num_requests, args.input_len, args.output_len, args.input_len_std,
-                             args.output_len_std, args.seed)
+                             args.output_len_std, args.seed, args.shared_prefix_len)
     write_perf_analyzer_data(out / "perf_analyzer_inputs.json", requests)
     summaries = sweep(args.url, requests, args.concurrency, args.request_rate, args.timeout_s,
                       show_progress=not args.no_progress)

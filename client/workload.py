@@ -26,11 +26,13 @@ def sample_length(rng: random.Random, mean: int, std: float) -> int:
 
 
 def make_requests(n: int, input_len: int, output_len: int, input_std: float = 0, output_std: float = 0,
-                  seed: int = 0) -> list[Request]:
-    """`n` requests with input/output lengths drawn from normal distributions (fixed when std is 0)."""
+                  seed: int = 0, shared_prefix_len: int = 0) -> list[Request]:
+    """`n` requests with input/output lengths drawn from normal distributions (fixed when std is 0),
+    each prompt after the same shared_prefix_len words (a system prompt, for the prefix cache)."""
     rng = random.Random(seed)
+    prefix = [rng.choice(WORDS) for _ in range(shared_prefix_len)]
     requests = []
     for _ in range(n):
         words = [rng.choice(WORDS) for _ in range(sample_length(rng, input_len, input_std))]
-        requests.append(Request(" ".join(words), sample_length(rng, output_len, output_std)))
+        requests.append(Request(" ".join(prefix + words), sample_length(rng, output_len, output_std)))
     return requests

@@ -21,6 +21,13 @@ def test_fixed_lengths_are_exact_and_sampled_ones_vary_reproducibly():
     assert min(r.max_tokens for r in sampled) >= 1
 
 
+def test_a_shared_prefix_starts_every_prompt_before_its_own_words():
+    requests = make_requests(4, 10, 3, seed=5, shared_prefix_len=30)
+    prefixes = {" ".join(r.prompt.split()[:30]) for r in requests}
+    assert len(prefixes) == 1 and all(len(r.prompt.split()) == 40 for r in requests)
+    assert len({r.prompt for r in requests}) == 4
+
+
 def test_summary_percentiles_and_throughput():
     c = Completion(deltas=["", "a", "b", "c"], times=[0.1, 0.2, 0.3, 0.5], num_input_tokens=4,
                    num_output_tokens=3, final=True)
