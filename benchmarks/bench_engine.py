@@ -33,7 +33,7 @@ from report import emit
 
 
 _MAX_TOKENS = 512
-_RUNS = itertools.count()  # request ids stay unique over the rounds
+_RUNS = itertools.count()  # request ids and prompts: new for every run
 
 
 def _sync(engine: Engine) -> None:
@@ -46,12 +46,14 @@ def decode_throughput(engine: Engine, backend, graphs, overlap: bool, batch: int
     engine.model.backend = backend
     engine.graphs = graphs  # None: eager decode steps
     engine.overlap = overlap and engine.spec is None  # speculative steps read back at once
-    gen = torch.Generator().manual_seed(0)
+    run = next(_RUNS)
+    # New prompts every run: the same ones would find the last run's pages in the prefix cache
+    gen = torch.Generator().manual_seed(run)
     # Requests prefilled first decode while later ones prefill, so no request may run out of
     # max_tokens inside the timed window: time a fixed number of steps, then abort what is left.
     params = SamplingParams(max_tokens=_MAX_TOKENS, temperature=0, ignore_eos=True,
                             repetition_penalty=repetition_penalty)
-    ids = [f"{tag}-{next(_RUNS)}-{i}" for i in range(batch)]
+    ids = [f"{tag}-{run}-{i}" for i in range(batch)]
     for rid in ids:
         engine.add_request(rid, torch.randint(2, 128000, (prompt_len,), generator=gen).tolist(), params)
     produced = dict.fromkeys(ids, 0)
