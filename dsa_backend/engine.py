@@ -11,7 +11,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -30,7 +30,7 @@ from dsa_backend.spec.acceptance import accept_greedy, accept_tree
 from dsa_backend.spec.chain import ChainDraftGraphs
 from dsa_backend.spec.compaction import compact_accepted_path
 from dsa_backend.spec.config import SpecConfig
-from dsa_backend.spec.drafter import DraftInput, MtpDrafter
+from dsa_backend.spec.drafter import ChainDrafts, DraftInput, MtpDrafter
 from dsa_backend.spec.tree import ROOT_ONLY
 from dsa_backend.token_counts import TokenCounts
 from dsa_backend.transfer import HostCopy, to_device
@@ -177,6 +177,8 @@ class Engine:
         # Overlap scheduling (docs/ENGINE.md): the last step's tokens, read back during the next step
         self.overlap = args.overlap_schedule and not self.spec
         self._unread: _SampledStep | None = None
+        # A chain's drafts of the last step, read back while the next verify step runs
+        self._unread_drafts: ChainDrafts | None = None
         weights = list(self.model.parameters())
         fp8 = sum(w.numel() for w in weights if w.dtype == torch.float8_e4m3fn)
         logger.info("engine ready: %s on %s/%s, weights %.2f GiB (%.0f%% in e4m3), %d KV pages of %d tokens",
@@ -273,7 +275,7 @@ class Engine:
         for chunk in chunks:
             chunk.seq.num_computed += chunk.num_tokens
         if self.spec is not None:
-            return self._speculative_step(chunks, batch, out)
+            return self._speculative_step(self._with_read_drafts(chunks), batch, out)
         sampled = self._sample(chunks, out)
         previous, self._unread = self._unread, sampled
         outputs += self._read_back(previous)
@@ -378,6 +380,15 @@ class Engine:
         values = iter((picked - processed[rows].logsumexp(dim=-1)).tolist())
         return {i: [next(values) for _ in tokens] for i, (_, tokens) in decided.items()}
 
+    def _with_read_drafts(self, chunks: list[ScheduledChunk]) -> list[ScheduledChunk]:
+        """The chunks with their drafts' token ids on the host, once the verify step that takes
+        them from the GPU is launched (the draft step before it is done by then, or nearly)."""
+        if self._unread_drafts is None:
+            return chunks
+        self._unread_drafts.read()
+        self._unread_drafts = None
+        return [replace(c, draft=c.seq.draft) if c.draft else c for c in chunks]
+
     def _draft(self, chunks: list[ScheduledChunk], batch: ForwardBatch, out: ForwardOutput,
                accepted: dict[int, list[int]], completed: set[int]) -> None:
         offsets = batch.token_offsets
@@ -396,7 +407,7 @@ class Engine:
             wants = i in completed and self.scheduler.reserve(seq, seq.num_computed + self.spec.lookahead)
             items.append(DraftInput(seq, chunk.start, seq.token_ids(chunk.start + 1, chunk.start + len(rows) + 1),
                                     rows, wants))
-        self.drafter.draft(items, out)
+        self._unread_drafts = self.drafter.draft(items, out)
 
     def _forward_batch(self, chunks: list[ScheduledChunk]) -> ForwardBatch:
         # A chunk with drafts is one token, the request's last (the scheduler drops drafts
@@ -415,6 +426,8 @@ class Engine:
             trees=[c.draft.layout() if c.draft else None for c in chunks])
         if any(c.seq.pending_rows for c in chunks):
             batch.input_ids = with_pending_tokens(batch.input_ids, self._unread.token_ids)
+        elif any(c.draft and c.draft.unread for c in chunks):
+            batch.input_ids = with_pending_tokens(batch.input_ids, self._unread_drafts.token_ids)
         return batch
 
     def _append(self, seq: Sequence, tokens: list[int], logprobs: list[float | None]) -> RequestOutput:

@@ -8,6 +8,7 @@ import pytest
 from dsa_backend import LLM, SamplingParams
 from dsa_backend.engine import Engine
 from dsa_backend.spec.chain import ChainDraftGraphs, chain_reach, held_page_tables
+from dsa_backend.spec.drafter import ChainDrafts
 from test_engine import run_all
 from test_spec import GREEDY, PROMPTS, engine, plain_greedy
 
@@ -34,16 +35,33 @@ def test_a_step_of_prompt_chunks_runs_the_mtp_layer_once_and_drafts_nothing(chec
     assert calls == [32] and e.sequences["r"].draft is None
 
 
-def _record_drafts(e: Engine) -> list[tuple[str, tuple[int, ...] | None]]:
-    """Every draft the engine's drafter sets, in order."""
-    drafts, real = [], e.drafter.draft
+def test_a_chains_drafts_are_read_back_after_the_verify_that_takes_them_is_launched(checkpoint, monkeypatch):
+    # The verify takes the drafts from the GPU, so the host builds and launches it while the
+    # draft step may still run; the host reads them only to judge the verify.
+    e = engine(checkpoint("deepseek_v32"), 16, speculative_algorithm="mtp", speculative_num_steps=2)
+    e.add_request("r", PROMPTS[0], GREEDY)
+    e.step()                                          # the prompt, then its first drafts
+    assert e.sequences["r"].draft.unread
+    events, forward, read = [], e.model.forward, ChainDrafts.read
+    monkeypatch.setattr(e.model, "forward", lambda *args: events.append("verify") or forward(*args))
+    monkeypatch.setattr(ChainDrafts, "read", lambda self: events.append("read") or read(self))
+    e.step()
+    assert events == ["verify", "read"] and e.sequences["r"].draft.unread
+
+
+def _record_drafts(e: Engine):
+    """A function giving every draft the engine's drafter set, in order. A chain's drafts come
+    back unread (names of their places on the GPU), so it reads them when asked."""
+    made, real = [], e.drafter.draft
 
     def draft(items, target):
-        real(items, target)
-        drafts.extend((it.seq.request_id, it.seq.draft and it.seq.draft.tokens) for it in items)
+        unread = real(items, target)
+        made.extend((it.seq.request_id, unread, it.seq.draft and it.seq.draft.tokens) for it in items)
+        return unread
 
     e.drafter.draft = draft
-    return drafts
+    return lambda: [(rid, names and tuple(unread.host.wait()[0][-1 - n] for n in names))
+                    for rid, unread, names in made]
 
 
 @pytest.mark.parametrize("name, steps, page_size", [("deepseek_v32", 2, 16), ("glm_moe_dsa", 3, 1),
@@ -64,7 +82,7 @@ def test_drafts_of_spans_padded_for_a_replay_equal_the_unpadded_drafts(checkpoin
     graphs.replay = lambda batch, context: replays.append(batch.batch_size) or real_replay(batch, context)
     padded_drafts = _record_drafts(padded)
     assert run_all(padded, requests) == run_all(eager, requests) == plain_greedy(checkpoint, name)
-    assert len(replays) > 20 and padded_drafts == eager_drafts
+    assert len(replays) > 20 and padded_drafts() == eager_drafts()
     assert padded.scheduler.pages.num_available == padded.num_kv_pages
 
 

@@ -14,7 +14,7 @@ DRAFT_EXTEND before it is read as history.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -25,6 +25,7 @@ from dsa_backend.sequence import Sequence
 from dsa_backend.spec.chain import ChainDraftGraphs, chain_reach, draft_chain, held_page_tables
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.tree import DraftTree, best_first_tree
+from dsa_backend.transfer import HostCopy
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,24 @@ class DraftInput:
     wants_drafts: bool
 
 
+@dataclass(frozen=True)
+class ChainDrafts:
+    """A chain draft step's tokens: on the GPU, where the next verify step takes its inputs, and on
+    their way to the host, which needs them only to judge that step (so nothing waits for them
+    before the verify is launched). Each of `seqs` holds a DraftTree naming them (DraftTree.unread)."""
+
+    token_ids: torch.Tensor                 # [requests * num_steps]: request i's step j at i * num_steps + j
+    host: HostCopy
+    seqs: list[Sequence] = field(default_factory=list)
+
+    def read(self) -> None:
+        """Give each request its drafts' token ids (waits for the draft step, not for the verify after it)."""
+        (tokens,) = self.host.wait()
+        for seq in self.seqs:
+            if seq.draft is not None and seq.draft.unread:
+                seq.draft = DraftTree.chain([tokens[-1 - t] for t in seq.draft.tokens])
+
+
 class MtpDrafter:
     """Drafts for the engine's requests. held_page: a page for a chain's writes past a request's
     own pages; graphs: captured chain drafts (None: eager)."""
@@ -49,14 +68,13 @@ class MtpDrafter:
         self.page_size, self.device = page_size, device
         self.held_page, self.graphs = held_page, graphs
 
-    def draft(self, items: list[DraftInput], target: ForwardOutput) -> None:
+    def draft(self, items: list[DraftInput], target: ForwardOutput) -> ChainDrafts | None:
         """Run DRAFT_EXTEND for every item over the target output's rows; set seq.draft of those
-        that want drafts."""
+        that want drafts. A chain's drafts come back unread (ChainDrafts)."""
         if not items:
-            return
+            return None
         if self.spec.is_chain:
-            self._draft_chain(items, target)
-            return
+            return self._draft_chain(items, target)
         batch = ForwardBatch.build(ForwardMode.DRAFT_EXTEND, [it.tokens for it in items],
                                    [it.start for it in items], [it.seq.pages for it in items],
                                    self.page_size, self.device)
@@ -64,15 +82,16 @@ class MtpDrafter:
         out = self.model.forward_mtp(batch, self.cache, target.hidden[rows])
         wanted = [i for i, it in enumerate(items) if it.wants_drafts]
         if not wanted:
-            return
+            return None
         last_rows = batch.logits_rows[wanted]
         seqs = [items[i].seq for i in wanted]
         roots = [items[i].start + len(items[i].tokens) - 1 for i in wanted]
         trees = self._grow(seqs, roots, out.logits[wanted], out.hidden[last_rows], out.topk[last_rows])
         for seq, tree in zip(seqs, trees):
             seq.draft = tree
+        return None
 
-    def _draft_chain(self, items: list[DraftInput], target: ForwardOutput) -> None:
+    def _draft_chain(self, items: list[DraftInput], target: ForwardOutput) -> ChainDrafts | None:
         """Every request drafts (draft_chain); those that want them keep theirs. For a graph replay
         each span is padded to num_steps + 1 rows (token 0, the span's last target row)."""
         steps, n = self.spec.num_steps, self.spec.num_steps + 1
@@ -89,15 +108,19 @@ class MtpDrafter:
         hidden, topk = target.hidden[rows], target.topk[rows] if self.spec.reuses_topk else None
         if not any(it.wants_drafts for it in items):  # chunks of prompts: the MTP layer's KV only
             self.model.forward_mtp(batch, self.cache, hidden, topk)
-            return
+            return None
         context = max(ends)
         if padded and self.graphs.serves(batch, context):
-            drafts = self.graphs.draft(batch, hidden, topk, context)
+            # a copy of the graph's buffer, which the next replay rewrites
+            drafts = self.graphs.draft(batch, hidden, topk, context).flatten().clone()
         else:
-            drafts = draft_chain(self.model, self.cache, batch, hidden, topk, steps, context)
-        for it, tokens in zip(items, drafts.tolist()):
+            drafts = draft_chain(self.model, self.cache, batch, hidden, topk, steps, context).flatten()
+        unread = ChainDrafts(drafts, HostCopy(drafts))
+        for i, it in enumerate(items):
             if it.wants_drafts:
-                it.seq.draft = DraftTree.chain(tokens)
+                it.seq.draft = DraftTree.chain([-1 - (i * steps + j) for j in range(steps)])
+                unread.seqs.append(it.seq)
+        return unread
 
     def _grow(self, seqs: list[Sequence], roots: list[int], logits: torch.Tensor, hidden: torch.Tensor,
               topk: torch.Tensor) -> list[DraftTree]:

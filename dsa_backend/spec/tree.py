@@ -34,6 +34,12 @@ class DraftTree:
         return len(self.tokens)
 
     @property
+    def unread(self) -> bool:
+        """Whether the tokens are still on the GPU: each named -1 - its index in the drafting
+        step's tokens (spec/drafter.ChainDrafts), as Sequence.token_ids names unread tokens."""
+        return bool(self.tokens) and self.tokens[0] < 0
+
+    @property
     def num_nodes(self) -> int:
         return 1 + len(self.tokens)
 
