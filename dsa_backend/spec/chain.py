@@ -3,7 +3,8 @@
 DRAFT_EXTEND runs the MTP layer over each request's verified span; its root row's argmax is the
 first draft. Each further step feeds the last draft at the next position, with the MTP layer's
 own hidden state and top-k of the row before. A step's positions and slots follow from the roots'
-on the device, and the host reads the drafts once, at the end. A replay pads every request's span
+on the device. The next verify takes the drafts on the device too, and the host reads them once,
+after launching it (spec/drafter.ChainDrafts). A replay pads every request's span
 to num_steps + 1 tokens (the most a verify accepts plus its root): the padding rows write KV at
 positions past the span, which the draft steps and the next DRAFT_EXTEND rewrite before any row
 reads them as history, or in the held page where the request has no page there.
