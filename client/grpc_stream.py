@@ -39,6 +39,7 @@ class Completion:
     finish_reason: str | None = None
     num_input_tokens: int = 0
     num_output_tokens: int = 0
+    num_cached_tokens: int = 0         # prompt tokens the server found in its prefix cache
     cum_log_prob: float | None = None
     output_log_probs: list[float] = field(default_factory=list)
     draft_tokens: int = 0              # speculative decoding, cumulative (0 when the server does not draft)
@@ -130,7 +131,7 @@ def _add_response(completion: Completion, result) -> None:
     if reason is not None and reason.reshape(-1)[0]:
         completion.finish_reason = reason.reshape(-1)[0].decode()
     for output, name in (("num_input_tokens", "num_input_tokens"), ("num_output_tokens", "num_output_tokens"),
-                         ("total_draft_tokens", "draft_tokens"),
+                         ("num_cached_tokens", "num_cached_tokens"), ("total_draft_tokens", "draft_tokens"),
                          ("total_accepted_draft_tokens", "accepted_draft_tokens")):
         value = result.as_numpy(output)
         if value is not None:

@@ -116,6 +116,7 @@ class RequestOutput:
     error: str | None = None
     num_draft_tokens: int = 0            # speculative decoding, cumulative for the request
     num_accepted_draft_tokens: int = 0
+    num_cached_tokens: int = 0           # prompt tokens found in the prefix cache, not computed
 
 
 class Engine:
@@ -464,7 +465,8 @@ class Engine:
             cumulative_logprob=sum(seq.output_logprobs) if want else None,
             finished=seq.is_finished, finish_reason=seq.finish_reason,
             num_prompt_tokens=len(seq.prompt_ids), num_output_tokens=len(seq.output_ids),
-            num_draft_tokens=seq.num_draft_tokens, num_accepted_draft_tokens=seq.num_accepted_draft_tokens)
+            num_draft_tokens=seq.num_draft_tokens, num_accepted_draft_tokens=seq.num_accepted_draft_tokens,
+            num_cached_tokens=seq.num_cached_tokens or 0)
 
     def stats(self) -> dict[str, int]:
         pages = self.scheduler.pages

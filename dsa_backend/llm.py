@@ -19,6 +19,7 @@ class CompletionOutput:
     finish_reason: str
     cumulative_logprob: float | None
     logprobs: list[float] | None
+    num_cached_tokens: int = 0        # prompt tokens found in the prefix cache, not computed
 
 
 class LLM:
@@ -63,5 +64,6 @@ class LLM:
             results.append(CompletionOutput(
                 prompt_token_ids=prompt, token_ids=[t for o in steps for t in o.new_token_ids],
                 text=detok[rid].text, finish_reason=finished[rid],
-                cumulative_logprob=steps[-1].cumulative_logprob, logprobs=logprobs))
+                cumulative_logprob=steps[-1].cumulative_logprob, logprobs=logprobs,
+                num_cached_tokens=steps[-1].num_cached_tokens))
         return results

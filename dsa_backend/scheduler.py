@@ -90,6 +90,8 @@ class Scheduler:
                 seq.num_computed = 0
                 break
             self.num_cached_tokens += seq.num_computed
+            if seq.num_cached_tokens is None:
+                seq.num_cached_tokens = seq.num_computed
             self.waiting.popleft()
             self._grow(seq, seq.num_computed + n, protect=set())
             seq.status = SequenceStatus.RUNNING

@@ -41,6 +41,7 @@ class Sequence:
     num_held_pages: int = 0         # leading pages held through the prefix cache (shared, read-only)
     page_keys: list[bytes] = field(default_factory=list)  # prefix-cache keys of its whole pages so far
     num_computed: int = 0
+    num_cached_tokens: int | None = None  # prompt tokens found in the prefix cache at its first admission
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: str | None = None
     generator: torch.Generator | None = None

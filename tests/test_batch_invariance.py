@@ -49,8 +49,10 @@ def _whole_and_after_cached_prefixes(model, **engine_args) -> tuple[list[list[in
     prompts = _prompts(llm.engine.config.vocab_size)
     params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
     whole = [out.token_ids for out in llm.generate(prompts, params)]   # one step: nothing cached yet
-    again = [out.token_ids for out in llm.generate(prompts, params)]
-    return whole, again, llm.engine.stats()["prefix_cache_hit_tokens"]
+    again = llm.generate(prompts, params)
+    # each output's own count, and the engine's total
+    assert sum(out.num_cached_tokens for out in again) == llm.engine.stats()["prefix_cache_hit_tokens"]
+    return whole, [out.token_ids for out in again], llm.engine.stats()["prefix_cache_hit_tokens"]
 
 
 def _whole_pages_before_the_last_token(page_size: int = 16) -> int:

@@ -152,6 +152,17 @@ def shared_prefix_requests(prefix_len: int, tails: list[int], seed: int) -> dict
     return {f"t{i}": system + tail for i, tail in enumerate(rest)}
 
 
+def test_each_output_reports_the_prompt_tokens_found_in_the_cache(path):
+    prompts = shared_prefix_requests(40, [3, 9], seed=33)
+    engine = make_engine(path)
+    run_all(engine, {"first": (prompts["t0"], GREEDY)})
+    engine.add_request("second", prompts["t1"], GREEDY)
+    outs = []
+    while engine.has_work():
+        outs += engine.step()
+    assert {o.num_cached_tokens for o in outs} == {32}            # the system prompt's two pages of 16
+
+
 def test_prefix_cache_hits_give_the_tokens_of_a_full_prefill(path):
     first = shared_prefix_requests(40, [3, 9, 17], seed=28)          # pages of 16: two shared, 32 tokens
     second = {**shared_prefix_requests(40, [5, 11], seed=28), "again": first["t1"]}

@@ -93,6 +93,7 @@ class ResponseStream:
             "finish_reason": np.array([reason.encode()], dtype=np.object_),
             "num_input_tokens": np.array([out.num_prompt_tokens], dtype=np.int32),
             "num_output_tokens": np.array([out.num_output_tokens], dtype=np.int32),
+            "num_cached_tokens": np.array([out.num_cached_tokens], dtype=np.int32),
             "acceptance_rate": np.array([self.acceptance_rate], dtype=np.float32),
             "total_accepted_draft_tokens": np.array([self.num_accepted_draft_tokens], dtype=np.int32),
             "total_draft_tokens": np.array([self.num_draft_tokens], dtype=np.int32),

@@ -38,6 +38,6 @@ def test_a_repeated_prompt_is_served_from_the_prefix_cache(served, metric):
     assert second.text == first.text
     # the whole pages (16 tokens) of all but the prompt's last token, computed by the first request
     cached = (first.num_input_tokens - 1) // 16 * 16
-    assert cached >= 32
+    assert cached >= 32 and (first.num_cached_tokens, second.num_cached_tokens) == (0, cached)
     assert metric("dsa_prefix_cache_hit_tokens_total") - hits == cached
     assert metric("dsa_kv_pages_cached", pool="mla") >= cached // 16

@@ -13,7 +13,7 @@ from dsa_backend.tokenizer import Tokenizer
 
 logger = logging.getLogger("postprocessing")
 PASS_THROUGH = ("cum_log_probs", "output_log_probs", "finish_reason", "num_input_tokens", "num_output_tokens",
-                "acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
+                "num_cached_tokens", "acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
 
 
 class TritonPythonModel:
