@@ -338,35 +338,76 @@ class Engine:
                     rows.append(SamplingRow(seq.params, seq.prompt_ids, output, seq.generator, seq.arrival))
                     logit_rows.append(row + node)
             row += tree.num_nodes
-        outputs, accepted = [], {}
-        if rows:
-            sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device,
-                                           counts=self.token_counts)
-            # every row, when every chunk completes: no gather of [rows, vocab]
-            logits = out.logits if len(logit_rows) == out.logits.shape[0] else out.logits[logit_rows]
-            processed = process_logits(logits, sampling)
-            # Greedy requests walk their trees on the host from one argmax transfer; only sampled
-            # ones need the target distributions (and a device read per child).
-            argmax = processed.argmax(dim=-1).tolist() if sampling.any_greedy else None
-            probs = None if sampling.all_greedy else sampling_probs(processed, sampling)
-            decided = {}
-            for i, r in first_row.items():
-                seq, tree = chunks[i].seq, chunks[i].draft or ROOT_ONLY
-                if seq.params.greedy:
-                    decided[i] = accept_greedy(argmax[r:r + tree.num_nodes], tree)
-                else:
-                    decided[i] = accept_tree(probs[r:r + tree.num_nodes], tree, seq.generator or self.generator)
-            logprobs = self._emitted_logprobs(processed, first_row, decided, sampling.return_logprobs)
-            for i, (path, tokens) in decided.items():
-                chunk, seq = chunks[i], chunks[i].seq
-                accepted[i] = path
-                compact_accepted_path(self.cache, batch, i, chunk.start, path)
-                seq.num_computed += len(path)  # the accepted drafts' KV, written by verify, is kept
-                seq.num_draft_tokens += (chunk.draft or ROOT_ONLY).num_drafts
-                seq.num_accepted_draft_tokens += len(path)
-                outputs.append(self._append(seq, tokens, logprobs[i]))
-        self._draft(chunks, batch, out, accepted, completed=set(first_row))
+        if not rows:
+            self._draft(chunks, batch, out, {}, completed=set())
+            return []
+        sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device,
+                                       counts=self.token_counts)
+        # every row, when every chunk completes: no gather of [rows, vocab]
+        logits = out.logits if len(logit_rows) == out.logits.shape[0] else out.logits[logit_rows]
+        processed = process_logits(logits, sampling)
+        if self._accepts_on_gpu(batch, sampling):
+            return self._accept_chains_on_gpu(chunks, batch, out, processed, sampling.return_logprobs)
+        # Greedy requests walk their trees on the host from one argmax transfer; only sampled
+        # ones need the target distributions (and a device read per child).
+        argmax = processed.argmax(dim=-1).tolist() if sampling.any_greedy else None
+        probs = None if sampling.all_greedy else sampling_probs(processed, sampling)
+        decided = {}
+        for i, r in first_row.items():
+            seq, tree = chunks[i].seq, chunks[i].draft or ROOT_ONLY
+            if seq.params.greedy:
+                decided[i] = accept_greedy(argmax[r:r + tree.num_nodes], tree)
+            else:
+                decided[i] = accept_tree(probs[r:r + tree.num_nodes], tree, seq.generator or self.generator)
+        logprobs = self._emitted_logprobs(processed, first_row, decided, sampling.return_logprobs)
+        outputs = []
+        for i, (path, tokens) in decided.items():
+            compact_accepted_path(self.cache, batch, i, chunks[i].start, path)
+            outputs.append(self._take_accepted(chunks[i], path, tokens, logprobs[i]))
+        self._draft(chunks, batch, out, {i: path for i, (path, _) in decided.items()}, completed=set(first_row))
         return outputs
+
+    def _accepts_on_gpu(self, batch: ForwardBatch, sampling: SamplingBatch) -> bool:
+        """Whether a verify is judged on the GPU: greedy chains only, each of every draft."""
+        return (self.spec.is_chain and sampling.all_greedy and batch.mode == ForwardMode.TARGET_VERIFY
+                and batch.num_tokens == batch.batch_size * self.spec.num_draft_tokens)
+
+    def _accept_chains_on_gpu(self, chunks: list[ScheduledChunk], batch: ForwardBatch, out: ForwardOutput,
+                              processed: torch.Tensor, want_logprobs: bool) -> list[RequestOutput]:
+        """A verify of greedy chains only: acceptance runs on the GPU and the next drafts are
+        launched before the host reads the verify's tokens, so the host's acceptance, outputs and
+        the next verify's build run while the GPU drafts (the host path would wait for them)."""
+        n = self.spec.num_draft_tokens
+        argmax = processed.argmax(dim=-1)                        # [requests * n]: the target's choice after each node
+        proposed = batch.input_ids.view(-1, n)[:, 1:]
+        accepted = (proposed == argmax.view(-1, n)[:, :-1]).int().cumprod(dim=1).sum(dim=1)
+        logprobs = processed.max(dim=-1).values - processed.logsumexp(dim=-1) if want_logprobs else None
+        host = HostCopy(argmax, logprobs)
+        seqs = [chunk.seq for chunk in chunks]
+        # pages for the most a verify accepts and the drafts after it
+        wants = [self.scheduler.reserve(seq, seq.num_computed + self.spec.num_steps + self.spec.lookahead)
+                 for seq in seqs]
+        drafts = self.drafter.draft_verified_chains(seqs, [c.start for c in chunks], out, argmax, accepted)
+        tokens, logprobs = host.wait()
+        outputs = []
+        for i, chunk in enumerate(chunks):
+            path, emitted = accept_greedy(tokens[i * n:(i + 1) * n], chunk.draft)   # as the GPU decided
+            picked = logprobs[i * n:i * n + len(emitted)] if logprobs else [None] * len(emitted)
+            outputs.append(self._take_accepted(chunk, path, emitted, picked))
+            chunk.seq.draft = None
+            if wants[i] and not chunk.seq.is_finished:
+                drafts.hand_to(chunk.seq, i)
+        self._unread_drafts = drafts
+        return outputs
+
+    def _take_accepted(self, chunk: ScheduledChunk, path: list[int], tokens: list[int],
+                       logprobs: list[float | None]) -> RequestOutput:
+        """Keep the accepted drafts' KV (in place behind the root by now) and emit the tokens."""
+        seq = chunk.seq
+        seq.num_computed += len(path)
+        seq.num_draft_tokens += (chunk.draft or ROOT_ONLY).num_drafts
+        seq.num_accepted_draft_tokens += len(path)
+        return self._append(seq, tokens, logprobs)
 
     @staticmethod
     def _emitted_logprobs(processed: torch.Tensor, first_row: dict[int, int],

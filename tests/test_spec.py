@@ -12,6 +12,7 @@ from dsa_backend.engine import Engine, EngineArgs
 from dsa_backend.sampling_params import SamplingParams
 from dsa_backend.spec.acceptance import accept_tree
 from dsa_backend.spec.config import SpecConfig
+from dsa_backend.spec.drafter import ChainDrafts
 from dsa_backend.spec.tree import DraftTree
 from test_engine import run_all
 
@@ -60,36 +61,43 @@ def test_chain_speculation_gives_exactly_the_plain_greedy_tokens(checkpoint, nam
 
 
 @pytest.mark.parametrize("corrupt_last", [False, True])
-def test_accepted_drafts_keep_their_kv_and_stay_lossless(checkpoint, corrupt_last):
+def test_accepted_drafts_keep_their_kv_and_stay_lossless(checkpoint, corrupt_last, monkeypatch):
     # The random MTP layer rarely guesses right, so a drafter that knows the plain greedy
-    # continuation stands in for a trained one: all drafts accepted, or all but the last.
+    # continuation stands in for a trained one: all drafts accepted, or all but the last. The MTP
+    # layer still drafts (keeping its own KV up to date); the oracle replaces what it hands out,
+    # after noting the layer's own drafts. Those start at the accepted path's last row, which a
+    # verify judged on the GPU finds there, and one judged on the host here.
     expected = plain_greedy(checkpoint, "deepseek_v32")
-    spec = engine(checkpoint("deepseek_v32"), 16, speculative_algorithm="mtp", speculative_num_steps=3)
-    real_draft = spec.drafter.draft
-    ids: dict[str, str] = {}
+    made = []
 
-    def oracle_draft(items, target):
-        real_draft(items, target)  # keeps the MTP layer's own KV up to date
-        for it in items:
-            if it.seq.draft:
-                n = len(it.seq.output_ids)
-                drafts = expected[ids[it.seq.request_id]][n:n + 3]
-                if corrupt_last and len(drafts) == 3:
-                    drafts = drafts[:2] + [(drafts[2] + 1) % 1000]
-                it.seq.draft = DraftTree.chain(drafts) if drafts else None
+    def oracle_hand_to(drafts, seq, request):
+        (own,) = drafts.host.wait()
+        made.append((seq.request_id, own[request * 3:request * 3 + 3]))
+        n = len(seq.output_ids)
+        tokens = expected[seq.request_id][n:n + 3]
+        if corrupt_last and len(tokens) == 3:
+            tokens = tokens[:2] + [(tokens[2] + 1) % 1000]
+        seq.draft = DraftTree.chain(tokens) if tokens else None
 
-    spec.drafter.draft = oracle_draft
-    finals = record_finished(spec)
+    monkeypatch.setattr(ChainDrafts, "hand_to", oracle_hand_to)
     requests = {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS)}
-    ids.update({rid: rid for rid in requests})
-    assert run_all(spec, requests) == expected
-    rate = sum(o.num_accepted_draft_tokens for o in finals.values()) / sum(
-        o.num_draft_tokens for o in finals.values())
-    assert (0.6 < rate < 0.7) if corrupt_last else rate == 1.0
-    assert spec.scheduler.pages.num_available == spec.num_kv_pages
+    own_drafts = []
+    for on_gpu in (True, False):
+        spec = engine(checkpoint("deepseek_v32"), 16, speculative_algorithm="mtp", speculative_num_steps=3)
+        if not on_gpu:
+            monkeypatch.setattr(spec, "_accepts_on_gpu", lambda batch, sampling: False)
+        finals = record_finished(spec)
+        assert run_all(spec, requests) == expected
+        rate = sum(o.num_accepted_draft_tokens for o in finals.values()) / sum(
+            o.num_draft_tokens for o in finals.values())
+        assert (0.6 < rate < 0.7) if corrupt_last else rate == 1.0
+        assert spec.scheduler.pages.num_available == spec.num_kv_pages
+        own_drafts.append(made[:])
+        made.clear()
+    assert own_drafts[0] == own_drafts[1] and len(own_drafts[0]) > 50
 
 
-def test_accepted_drafts_are_judged_with_their_path_as_output(checkpoint):
+def test_accepted_drafts_are_judged_with_their_path_as_output(checkpoint, monkeypatch):
     # Each verified node is sampled as if the drafts above it were already output. Here min_tokens
     # unbans the stop token exactly at output 10, where the plain greedy output has it: a node
     # judged without its path would still ban it there. Drafts are the plain continuation.
@@ -100,17 +108,13 @@ def test_accepted_drafts_are_judged_with_their_path_as_output(checkpoint):
     expected = run_all(engine(checkpoint("deepseek_v32"), 16), requests)
     assert all(tokens == plain[rid][:11] for rid, tokens in expected.items())
     spec = engine(checkpoint("deepseek_v32"), 16, speculative_algorithm="mtp", speculative_num_steps=3)
-    real_draft = spec.drafter.draft
 
-    def oracle_draft(items, target):
-        real_draft(items, target)
-        for it in items:
-            if it.seq.draft:
-                n = len(it.seq.output_ids)
-                drafts = expected[it.seq.request_id][n:n + 3]
-                it.seq.draft = DraftTree.chain(drafts) if drafts else None
+    def oracle_hand_to(drafts, seq, request):
+        n = len(seq.output_ids)
+        tokens = expected[seq.request_id][n:n + 3]
+        seq.draft = DraftTree.chain(tokens) if tokens else None
 
-    spec.drafter.draft = oracle_draft
+    monkeypatch.setattr(ChainDrafts, "hand_to", oracle_hand_to)
     assert run_all(spec, requests) == expected
 
 
@@ -121,6 +125,24 @@ def test_llm_api_reports_the_same_text_with_speculation(checkpoint):
     spec = LLM(path, device="cpu", dtype="float32", speculative_algorithm="mtp",
                speculative_num_steps=2).generate(["Hello", "你好，世界 🎉"], params)
     assert [o.text for o in spec] == [o.text for o in plain]
+
+
+@pytest.mark.parametrize("on_gpu", [True, False])
+def test_speculation_reports_the_plain_logprobs(checkpoint, on_gpu, monkeypatch):
+    # Each emitted token's log-probability under its own target row, whether the verify was
+    # judged on the GPU (greedy chains) or on the host (the path sampled requests take).
+    path = checkpoint("deepseek_v32")
+    prompts = [PROMPTS[0], PROMPTS[3]]
+    params = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True, logprobs=True)
+    plain = LLM(path, device="cpu", dtype="float32").generate(prompts, params)
+    llm = LLM(path, device="cpu", dtype="float32", speculative_algorithm="mtp", speculative_num_steps=2)
+    if not on_gpu:
+        monkeypatch.setattr(llm.engine, "_accepts_on_gpu", lambda batch, sampling: False)
+    spec = llm.generate(prompts, params)
+    for s, p in zip(spec, plain):
+        assert s.token_ids == p.token_ids and len(s.logprobs) == 20
+        assert s.logprobs == pytest.approx(p.logprobs, abs=1e-4)
+        assert s.cumulative_logprob == pytest.approx(p.cumulative_logprob, abs=1e-3)
 
 
 def test_acceptance_counts_are_reported(checkpoint):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from dsa_backend import LLM, SamplingParams
-from dsa_backend.engine import Engine
 from dsa_backend.spec.chain import ChainDraftGraphs, chain_reach, held_page_tables
 from dsa_backend.spec.drafter import ChainDrafts
 from test_engine import run_all
@@ -49,40 +48,56 @@ def test_a_chains_drafts_are_read_back_after_the_verify_that_takes_them_is_launc
     assert events == ["verify", "read"] and e.sequences["r"].draft.unread
 
 
-def _record_drafts(e: Engine):
-    """A function giving every draft the engine's drafter set, in order. A chain's drafts come
-    back unread (names of their places on the GPU), so it reads them when asked."""
-    made, real = [], e.drafter.draft
+def test_greedy_chains_draft_again_before_the_host_reads_the_verify(checkpoint, monkeypatch):
+    # Acceptance of greedy chains stays on the GPU: the next drafts are launched behind the
+    # verify, and the host takes the verify's tokens (and appends them) while they run.
+    e = engine(checkpoint("deepseek_v32"), 16, speculative_algorithm="mtp", speculative_num_steps=2)
+    e.add_request("r", PROMPTS[0], GREEDY)
+    e.step()
+    events, forward, draft, append = [], e.model.forward, e.drafter.draft_verified_chains, e._append
+    monkeypatch.setattr(e.model, "forward", lambda *args: events.append("verify") or forward(*args))
+    monkeypatch.setattr(e.drafter, "draft_verified_chains", lambda *args: events.append("draft") or draft(*args))
+    monkeypatch.setattr(e, "_append", lambda *args: events.append("append") or append(*args))
+    e.step()
+    assert events == ["verify", "draft", "append"] and e.sequences["r"].draft.unread
 
-    def draft(items, target):
-        unread = real(items, target)
-        made.extend((it.seq.request_id, unread, it.seq.draft and it.seq.draft.tokens) for it in items)
-        return unread
 
-    e.drafter.draft = draft
-    return lambda: [(rid, names and tuple(unread.host.wait()[0][-1 - n] for n in names))
-                    for rid, unread, names in made]
+def _record_drafts(monkeypatch) -> list:
+    """A list that gets every chain draft handed out, as (request id, tokens), when it is read."""
+    made, read = [], ChainDrafts.read
+
+    def recording_read(drafts):
+        read(drafts)
+        made.extend((seq.request_id, seq.draft.tokens) for seq in drafts.seqs if seq.draft)
+
+    monkeypatch.setattr(ChainDrafts, "read", recording_read)
+    return made
 
 
 @pytest.mark.parametrize("name, steps, page_size", [("deepseek_v32", 2, 16), ("glm_moe_dsa", 3, 1),
                                                     ("glm_shared_freq", 2, 64)])
-def test_drafts_of_spans_padded_for_a_replay_equal_the_unpadded_drafts(checkpoint, name, steps, page_size):
+def test_drafts_of_spans_padded_for_a_replay_equal_the_unpadded_drafts(checkpoint, name, steps, page_size,
+                                                                     monkeypatch):
     # Off CUDA a graph set runs its step eagerly on its static buffers: the padding, the held-page
-    # tables and the static copies are what a replay runs. Padding rows write past the span; if
-    # any row read them, the MTP layer's drafts would change.
+    # tables and the static copies are what a replay runs. Padding rows write past the span (after
+    # a verify judged on the GPU, the rejected drafts' rows); if any row read them, the MTP layer's
+    # drafts would change. The unpadded reference judges every verify on the host.
     spec = dict(speculative_algorithm="mtp", speculative_num_steps=steps)
     requests = {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS)}
     eager = engine(checkpoint(name), page_size, **spec)
-    eager_drafts = _record_drafts(eager)
+    monkeypatch.setattr(eager, "_accepts_on_gpu", lambda batch, sampling: False)
     padded = engine(checkpoint(name), page_size, **spec)
     graphs = ChainDraftGraphs(padded.model, padded.cache, steps, padded.spec.reuses_topk,
                               padded.args.max_running_requests, padded.max_model_len, padded.drafter.held_page)
     padded.drafter.graphs = graphs
     replays, real_replay = [], graphs.replay
     graphs.replay = lambda batch, context: replays.append(batch.batch_size) or real_replay(batch, context)
-    padded_drafts = _record_drafts(padded)
-    assert run_all(padded, requests) == run_all(eager, requests) == plain_greedy(checkpoint, name)
-    assert len(replays) > 20 and padded_drafts() == eager_drafts()
+    drafts = _record_drafts(monkeypatch)
+    assert run_all(eager, requests) == plain_greedy(checkpoint, name)
+    eager_drafts = drafts[:]
+    drafts.clear()
+    assert run_all(padded, requests) == plain_greedy(checkpoint, name)
+    assert len(replays) > 20 and drafts == eager_drafts and len(drafts) > 20
     assert padded.scheduler.pages.num_available == padded.num_kv_pages
 
 
@@ -114,19 +129,18 @@ def test_chain_drafts_replayed_in_graphs_equal_the_eager_engines(checkpoint, nam
                 speculative_algorithm="mtp", speculative_num_steps=3)
     prompts = [list(range(300, 340)), list(range(1000, 1900, 3))]
     params = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
-    eager_llm = LLM(checkpoint(name), cuda_graph=False, **args)
-    eager_drafts = _record_drafts(eager_llm.engine)
-    eager = [out.token_ids for out in eager_llm.generate(prompts, params)]
+    drafts = _record_drafts(monkeypatch)
+    eager = [out.token_ids for out in LLM(checkpoint(name), cuda_graph=False, **args).generate(prompts, params)]
+    eager_drafts = drafts[:]
+    drafts.clear()
     llm = LLM(checkpoint(name), **args)
     graphs = llm.engine.drafter.graphs
     replays, real_replay = [], graphs.replay
     monkeypatch.setattr(graphs, "replay", lambda batch, context: replays.append(batch.batch_size)
                         or real_replay(batch, context))
-    drafts = _record_drafts(llm.engine)
     assert [out.token_ids for out in llm.generate(prompts, params)] == eager
     assert len(replays) >= 8 and graphs.graphs
     # argmax drafts of bf16 logits: a near tie may break the other way in a padded batch
-    drafts, eager_drafts = drafts(), eager_drafts()
     same = sum(a == b for a, b in zip(drafts, eager_drafts))
     assert len(drafts) == len(eager_drafts) and same >= 0.9 * len(drafts)
     assert llm.engine.scheduler.pages.num_available == llm.engine.num_kv_pages

@@ -48,7 +48,13 @@ class ChainDrafts:
 
     token_ids: torch.Tensor                 # [requests * num_steps]: request i's step j at i * num_steps + j
     host: HostCopy
+    num_steps: int
     seqs: list[Sequence] = field(default_factory=list)
+
+    def hand_to(self, seq: Sequence, request: int) -> None:
+        """Give seq the drafts of the drafting batch's request `request`, unread."""
+        seq.draft = DraftTree.chain([-1 - (request * self.num_steps + j) for j in range(self.num_steps)])
+        self.seqs.append(seq)
 
     def read(self) -> None:
         """Give each request its drafts' token ids (waits for the draft step, not for the verify after it)."""
@@ -109,18 +115,38 @@ class MtpDrafter:
         if not any(it.wants_drafts for it in items):  # chunks of prompts: the MTP layer's KV only
             self.model.forward_mtp(batch, self.cache, hidden, topk)
             return None
-        context = max(ends)
-        if padded and self.graphs.serves(batch, context):
+        drafts = self._run_chain(batch, hidden, topk, max(ends), padded is not None)
+        for i, it in enumerate(items):
+            if it.wants_drafts:
+                drafts.hand_to(it.seq, i)
+        return drafts
+
+    def draft_verified_chains(self, seqs: list[Sequence], starts: list[int], target: ForwardOutput,
+                              tokens: torch.Tensor, accepted: torch.Tensor) -> ChainDrafts:
+        """Drafts after a verify of chains whose acceptance stayed on the GPU, for the caller to
+        hand out (ChainDrafts.hand_to). Request i's span is its verify span, num_steps + 1 rows
+        from starts[i], fed the verify's tokens [requests * (num_steps + 1)] (the target's choice
+        after each node: the accepted drafts, then the next token, then padding), its root
+        accepted[i] rows in. Every shape is known on the host, so nothing waits for the verify."""
+        steps, n = self.spec.num_steps, self.spec.num_steps + 1
+        ends = [start + chain_reach(n, steps, n) for start in starts]   # the most any acceptance reaches
+        tables = held_page_tables([seq.pages for seq in seqs], ends, self.page_size, self.held_page)
+        batch = ForwardBatch.build(ForwardMode.DRAFT_EXTEND, [[0] * n] * len(seqs), starts, tables,
+                                   self.page_size, self.device)
+        batch.input_ids = tokens
+        batch.logits_rows = torch.arange(len(seqs), device=self.device) * n + accepted
+        return self._run_chain(batch, target.hidden, target.topk if self.spec.reuses_topk else None, max(ends),
+                               padded=True)
+
+    def _run_chain(self, batch: ForwardBatch, hidden: torch.Tensor, topk: torch.Tensor | None, context: int,
+                   padded: bool) -> ChainDrafts:
+        """draft_chain by graph replay where a graph serves the (padded) batch, else eagerly."""
+        if padded and self.graphs is not None and self.graphs.serves(batch, context):
             # a copy of the graph's buffer, which the next replay rewrites
             drafts = self.graphs.draft(batch, hidden, topk, context).flatten().clone()
         else:
-            drafts = draft_chain(self.model, self.cache, batch, hidden, topk, steps, context).flatten()
-        unread = ChainDrafts(drafts, HostCopy(drafts))
-        for i, it in enumerate(items):
-            if it.wants_drafts:
-                it.seq.draft = DraftTree.chain([-1 - (i * steps + j) for j in range(steps)])
-                unread.seqs.append(it.seq)
-        return unread
+            drafts = draft_chain(self.model, self.cache, batch, hidden, topk, self.spec.num_steps, context).flatten()
+        return ChainDrafts(drafts, HostCopy(drafts), self.spec.num_steps)
 
     def _grow(self, seqs: list[Sequence], roots: list[int], logits: torch.Tensor, hidden: torch.Tensor,
               topk: torch.Tensor) -> list[DraftTree]:
