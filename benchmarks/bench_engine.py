@@ -42,7 +42,7 @@ def _sync(engine: Engine) -> None:
 
 
 def decode_throughput(engine: Engine, backend, graphs, overlap: bool, batch: int, prompt_len: int, steps: int,
-                      warmup: int, tag: str, repetition_penalty: float = 1.0) -> dict:
+                      warmup: int, tag: str, repetition_penalty: float = 1.0, temperature: float = 0.0) -> dict:
     engine.model.backend = backend
     engine.graphs = graphs  # None: eager decode steps
     engine.overlap = overlap and engine.spec is None  # speculative steps read back at once
@@ -51,11 +51,13 @@ def decode_throughput(engine: Engine, backend, graphs, overlap: bool, batch: int
     gen = torch.Generator().manual_seed(run)
     # Requests prefilled first decode while later ones prefill, so no request may run out of
     # max_tokens inside the timed window: time a fixed number of steps, then abort what is left.
-    params = SamplingParams(max_tokens=_MAX_TOKENS, temperature=0, ignore_eos=True,
-                            repetition_penalty=repetition_penalty)
+    # sampled requests carry a seed each, as a client that wants reproducible samples sends
+    params = [SamplingParams(max_tokens=_MAX_TOKENS, temperature=temperature, ignore_eos=True,
+                             repetition_penalty=repetition_penalty, seed=i if temperature > 0 else None)
+              for i in range(batch)]
     ids = [f"{tag}-{run}-{i}" for i in range(batch)]
-    for rid in ids:
-        engine.add_request(rid, torch.randint(2, 128000, (prompt_len,), generator=gen).tolist(), params)
+    for rid, request_params in zip(ids, params):
+        engine.add_request(rid, torch.randint(2, 128000, (prompt_len,), generator=gen).tolist(), request_params)
     produced = dict.fromkeys(ids, 0)
     t_prefill = time.perf_counter()
     while min(produced.values()) < 1 + warmup:  # prefill, then warm-up decode steps
@@ -103,6 +105,7 @@ def main() -> None:
     ap.add_argument("--fp8-weights", default="auto", help="comma list of EngineArgs.fp8_weights: an engine each")
     ap.add_argument("--repetition-penalty", type=float, default=1.0,
                     help="on every request (the sampler then reads each request's output)")
+    ap.add_argument("--temperature", type=float, default=0.0, help="> 0: sampled requests, seeded")
     ap.add_argument("--json")
     a = ap.parse_args()
     pages = a.batch * (-(-(a.prompt_len + _MAX_TOKENS + a.speculative_num_steps + 1) // 64)) + 8
@@ -128,13 +131,14 @@ def main() -> None:
         for tag in backend_tags:
             runners[tag if len(settings) == 1 else f"{tag}-{setting}"] = (engine, *backends[tag])
     tags = list(runners)
-    runs = [dict(decode_throughput(*runners[tag], a.batch, a.prompt_len, a.steps, a.warmup, tag, a.repetition_penalty),
+    runs = [dict(decode_throughput(*runners[tag], a.batch, a.prompt_len, a.steps, a.warmup, tag, a.repetition_penalty,
+                                  a.temperature),
                  round=r)
             for r in range(a.rounds) for tag in tags]
     result = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name() if a.device == "cuda" else a.device,
                   libraries=dsa_kernels.available_backends(a.device), model=a.model, batch=a.batch, prompt_len=a.prompt_len, kv_cache_dtype=a.kv_cache_dtype,
                   batch_invariant=a.batch_invariant, speculative_num_steps=a.speculative_num_steps,
-                  repetition_penalty=a.repetition_penalty,
+                  repetition_penalty=a.repetition_penalty, temperature=a.temperature,
                   fp8_weights=settings, runs=runs)
     by = {tag: {key: statistics.median(r[key] for r in runs if r["backend"] == tag)
                 for key in ("tokens_per_s", "median_step_ms")} for tag in tags}

@@ -26,12 +26,12 @@ from dsa_backend.sampling import (SamplingBatch, SamplingRow, check_vocab, make_
 from dsa_backend.sampling_params import SamplingParams
 from dsa_backend.scheduler import ScheduledChunk, Scheduler
 from dsa_backend.sequence import Sequence, with_pending_tokens
-from dsa_backend.spec.acceptance import accept_greedy, accept_tree
+from dsa_backend.spec.acceptance import accept_greedy, accept_tree, draw_for_chains, judge_chains
 from dsa_backend.spec.chain import ChainDraftGraphs
 from dsa_backend.spec.compaction import compact_accepted_path
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.drafter import ChainDrafts, DraftInput, MtpDrafter
-from dsa_backend.spec.tree import ROOT_ONLY
+from dsa_backend.spec.tree import ROOT_ONLY, DraftTree
 from dsa_backend.token_counts import TokenCounts
 from dsa_backend.transfer import HostCopy, to_device
 from dsa_backend.warmup import WarmupShapes, warm_up, warm_up_fp8_gemms
@@ -346,8 +346,8 @@ class Engine:
         # every row, when every chunk completes: no gather of [rows, vocab]
         logits = out.logits if len(logit_rows) == out.logits.shape[0] else out.logits[logit_rows]
         processed = process_logits(logits, sampling)
-        if self._accepts_on_gpu(batch, sampling):
-            return self._accept_chains_on_gpu(chunks, batch, out, processed, sampling.return_logprobs)
+        if self._judges_on_gpu(batch):
+            return self._judge_chains_on_gpu(chunks, batch, out, processed, sampling)
         # Greedy requests walk their trees on the host from one argmax transfer; only sampled
         # ones need the target distributions (and a device read per child).
         argmax = processed.argmax(dim=-1).tolist() if sampling.any_greedy else None
@@ -357,6 +357,8 @@ class Engine:
             seq, tree = chunks[i].seq, chunks[i].draft or ROOT_ONLY
             if seq.params.greedy:
                 decided[i] = accept_greedy(argmax[r:r + tree.num_nodes], tree)
+            elif self.spec.is_chain and tree.num_drafts:
+                decided[i] = self._judge_chain_now(probs[r:r + tree.num_nodes], tree, seq)
             else:
                 decided[i] = accept_tree(probs[r:r + tree.num_nodes], tree, seq.generator or self.generator)
         logprobs = self._emitted_logprobs(processed, first_row, decided, sampling.return_logprobs)
@@ -367,38 +369,58 @@ class Engine:
         self._draft(chunks, batch, out, {i: path for i, (path, _) in decided.items()}, completed=set(first_row))
         return outputs
 
-    def _accepts_on_gpu(self, batch: ForwardBatch, sampling: SamplingBatch) -> bool:
-        """Whether a verify is judged on the GPU: greedy chains only, each of every draft."""
-        return (self.spec.is_chain and sampling.all_greedy and batch.mode == ForwardMode.TARGET_VERIFY
+    def _judges_on_gpu(self, batch: ForwardBatch) -> bool:
+        """Whether a verify is judged on the GPU, the next drafting launched behind it: a batch of
+        chains, each of every draft."""
+        return (self.spec.is_chain and batch.mode == ForwardMode.TARGET_VERIFY
                 and batch.num_tokens == batch.batch_size * self.spec.num_draft_tokens)
 
-    def _accept_chains_on_gpu(self, chunks: list[ScheduledChunk], batch: ForwardBatch, out: ForwardOutput,
-                              processed: torch.Tensor, want_logprobs: bool) -> list[RequestOutput]:
-        """A verify of greedy chains only: acceptance runs on the GPU and the next drafts are
-        launched before the host reads the verify's tokens, so the host's acceptance, outputs and
-        the next verify's build run while the GPU drafts (the host path would wait for them)."""
+    def _judge_chains_on_gpu(self, chunks: list[ScheduledChunk], batch: ForwardBatch, out: ForwardOutput,
+                             processed: torch.Tensor, sampling: SamplingBatch) -> list[RequestOutput]:
+        """Judge every chain on the GPU (spec/acceptance.judge_chains; greedy ones by argmax alone)
+        and launch the next drafts before the host reads the verdicts, so the host's outputs,
+        stop checks and the next verify's build run while the GPU drafts."""
         n = self.spec.num_draft_tokens
-        argmax = processed.argmax(dim=-1)                        # [requests * n]: the target's choice after each node
-        proposed = batch.input_ids.view(-1, n)[:, 1:]
-        accepted = (proposed == argmax.view(-1, n)[:, :-1]).int().cumprod(dim=1).sum(dim=1)
-        logprobs = processed.max(dim=-1).values - processed.logsumexp(dim=-1) if want_logprobs else None
-        host = HostCopy(argmax, logprobs)
+        drafts = batch.input_ids.view(-1, n)[:, 1:]
+        if sampling.all_greedy:
+            tokens = processed.argmax(dim=-1).view(-1, n)            # the target's choice after each node
+            accepted = (drafts == tokens[:, :-1]).int().cumprod(dim=1).sum(dim=1)
+        else:
+            draws = draw_for_chains(len(chunks), n - 1, self.config.vocab_size, [c.seq.generator for c in chunks],
+                                    self.generator, self.device)
+            probs = sampling_probs(processed, sampling).view(len(chunks), n, -1)
+            accepted, tokens = judge_chains(probs, drafts, *draws)
+        tokens = tokens.flatten()
+        logprobs = None
+        if sampling.return_logprobs:
+            logprobs = processed.gather(1, tokens.unsqueeze(1)).squeeze(1) - processed.logsumexp(dim=-1)
+        host = HostCopy(accepted, tokens, logprobs)
         seqs = [chunk.seq for chunk in chunks]
         # pages for the most a verify accepts and the drafts after it
         wants = [self.scheduler.reserve(seq, seq.num_computed + self.spec.num_steps + self.spec.lookahead)
                  for seq in seqs]
-        drafts = self.drafter.draft_verified_chains(seqs, [c.start for c in chunks], out, argmax, accepted)
-        tokens, logprobs = host.wait()
+        unread = self.drafter.draft_verified_chains(seqs, [c.start for c in chunks], out, tokens, accepted)
+        accepted, tokens, logprobs = host.wait()
         outputs = []
         for i, chunk in enumerate(chunks):
-            path, emitted = accept_greedy(tokens[i * n:(i + 1) * n], chunk.draft)   # as the GPU decided
-            picked = logprobs[i * n:i * n + len(emitted)] if logprobs else [None] * len(emitted)
-            outputs.append(self._take_accepted(chunk, path, emitted, picked))
+            emitted = slice(i * n, i * n + accepted[i] + 1)
+            outputs.append(self._take_accepted(chunk, list(range(1, accepted[i] + 1)), tokens[emitted],
+                                               logprobs[emitted] if logprobs else [None] * (accepted[i] + 1)))
             chunk.seq.draft = None
             if wants[i] and not chunk.seq.is_finished:
-                drafts.hand_to(chunk.seq, i)
-        self._unread_drafts = drafts
+                unread.hand_to(chunk.seq, i)
+        self._unread_drafts = unread
         return outputs
+
+    def _judge_chain_now(self, probs: torch.Tensor, tree: DraftTree, seq: Sequence) -> tuple[list[int], list[int]]:
+        """judge_chains for one sampled chain of a batch judged on the host, with the draws it
+        would take on the GPU path (so a seeded request's tokens do not depend on the path)."""
+        draws = draw_for_chains(1, tree.num_drafts, self.config.vocab_size, [seq.generator], self.generator,
+                                self.device)
+        drafts = to_device(torch.tensor([tree.tokens]), self.device)
+        accepted, tokens = judge_chains(probs.unsqueeze(0), drafts, *draws)
+        (accepted,), (tokens,) = accepted.tolist(), tokens.tolist()
+        return list(range(1, accepted + 1)), tokens[:accepted + 1]
 
     def _take_accepted(self, chunk: ScheduledChunk, path: list[int], tokens: list[int],
                        logprobs: list[float | None]) -> RequestOutput:

@@ -59,11 +59,12 @@ def test_the_engine_benchmark_runs_an_engine_a_fp8_weights_setting(tmp_path, che
     out = tmp_path / "engine.json"
     run = subprocess.run([sys.executable, str(script), "--model", str(checkpoint("deepseek_v32_fp8")), "--device",
                           "cpu", "--batch", "2", "--prompt-len", "40", "--steps", "2", "--backends", "kernel",
-                          "--fp8-weights", "keep,dequantize", "--kv-cache-dtype", "auto", "--json", str(out)],
+                          "--fp8-weights", "keep,dequantize", "--kv-cache-dtype", "auto", "--temperature", "0.8",
+                          "--json", str(out)],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     res = json.loads(out.read_text())
-    assert [r["backend"] for r in res["runs"]] == ["kernel-keep", "kernel-dequantize"]
+    assert [r["backend"] for r in res["runs"]] == ["kernel-keep", "kernel-dequantize"] and res["temperature"] == 0.8
     assert res["kernel-keep_over_kernel-dequantize"] > 0
 
 

@@ -10,7 +10,7 @@ from dsa_backend import LLM
 from dsa_backend.batch import ForwardBatch, ForwardMode
 from dsa_backend.engine import Engine, EngineArgs
 from dsa_backend.sampling_params import SamplingParams
-from dsa_backend.spec.acceptance import accept_tree
+from dsa_backend.spec.acceptance import accept_tree, draw_for_chains, judge_chains
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.drafter import ChainDrafts
 from dsa_backend.spec.tree import DraftTree
@@ -85,7 +85,7 @@ def test_accepted_drafts_keep_their_kv_and_stay_lossless(checkpoint, corrupt_las
     for on_gpu in (True, False):
         spec = engine(checkpoint("deepseek_v32"), 16, speculative_algorithm="mtp", speculative_num_steps=3)
         if not on_gpu:
-            monkeypatch.setattr(spec, "_accepts_on_gpu", lambda batch, sampling: False)
+            monkeypatch.setattr(spec, "_judges_on_gpu", lambda batch: False)
         finals = record_finished(spec)
         assert run_all(spec, requests) == expected
         rate = sum(o.num_accepted_draft_tokens for o in finals.values()) / sum(
@@ -137,7 +137,7 @@ def test_speculation_reports_the_plain_logprobs(checkpoint, on_gpu, monkeypatch)
     plain = LLM(path, device="cpu", dtype="float32").generate(prompts, params)
     llm = LLM(path, device="cpu", dtype="float32", speculative_algorithm="mtp", speculative_num_steps=2)
     if not on_gpu:
-        monkeypatch.setattr(llm.engine, "_accepts_on_gpu", lambda batch, sampling: False)
+        monkeypatch.setattr(llm.engine, "_judges_on_gpu", lambda batch: False)
     spec = llm.generate(prompts, params)
     for s, p in zip(spec, plain):
         assert s.token_ids == p.token_ids and len(s.logprobs) == 20
@@ -183,6 +183,29 @@ def test_rejection_sampling_emits_the_target_distribution():
     assert chi_square(second, p1) < 20.5
 
 
+def test_chains_judged_on_the_device_emit_the_target_distribution():
+    # judge_chains over 20000 copies of the chain above at once, with a third draft (token 1,
+    # judged under p2): the token at each depth follows its row, whatever the drafts, as with
+    # accept_tree.
+    p2 = torch.tensor([0.10, 0.30, 0.20, 0.20, 0.10, 0.10])
+    probs = torch.stack([torch.tensor([0.05, 0.25, 0.30, 0.0, 0.15, 0.25]),
+                         torch.tensor([0.40, 0.10, 0.10, 0.20, 0.0, 0.20]), p2, torch.full((6,), 1 / 6)])
+    n = 20000
+    gen = torch.Generator().manual_seed(0)
+    drafts = torch.tensor([[2, 0, 1]]).expand(n, 3)
+    accepted, tokens = judge_chains(probs.expand(n, 4, 6), drafts,
+                                    *draw_for_chains(n, 3, 6, [None] * n, gen, torch.device("cpu")))
+    assert chi_square(torch.bincount(tokens[:, 0], minlength=6).float(), probs[0]) < 20.5
+    second = tokens[accepted >= 1, 1]
+    assert chi_square(torch.bincount(second, minlength=6).float(), probs[1]) < 20.5
+    third = tokens[accepted >= 2, 2]
+    assert chi_square(torch.bincount(third, minlength=6).float(), p2) < 20.5
+    # emitted tokens are the kept drafts, then one more; the kept count follows the drafts' odds
+    assert all((tokens[accepted > j, j] == d).all() for j, d in enumerate([2, 0, 1]))
+    assert abs((accepted >= 1).float().mean() - 0.30) < 0.02
+    assert abs((accepted >= 2).float().mean() - 0.30 * 0.40) < 0.02
+
+
 def test_greedy_target_accepts_exactly_the_matching_prefix():
     one_hot = torch.eye(5)[[3, 1, 4]]  # the target's argmax is 3, then 1, then 4
     assert accept_tree(one_hot, DraftTree.chain([3, 1]), None) == ([1, 2], [3, 1, 4])
@@ -195,6 +218,19 @@ def test_seeded_sampling_with_speculation_is_reproducible(checkpoint):
     runs = [run_all(engine(checkpoint("glm_moe_dsa"), 64, speculative_algorithm="mtp", speculative_num_steps=3),
                     {"a": (PROMPTS[1], params)}) for _ in range(2)]
     assert runs[0] == runs[1] and len(runs[0]["a"]) == 16
+
+
+def test_a_seeded_request_samples_the_same_tokens_whichever_way_its_chains_are_judged(checkpoint, monkeypatch):
+    # Alone, every verify of a seeded sampled request is judged on the GPU path; with that path
+    # off, on the host. Both draw its randomness the same way, so its tokens are the same.
+    params = SamplingParams(max_tokens=24, temperature=1.0, seed=11, ignore_eos=True)
+    runs = []
+    for on_gpu in (True, False):
+        e = engine(checkpoint("deepseek_v32"), 16, speculative_algorithm="mtp", speculative_num_steps=2)
+        if not on_gpu:
+            monkeypatch.setattr(e, "_judges_on_gpu", lambda batch: False)
+        runs.append(run_all(e, {"a": (PROMPTS[2], params)})["a"])
+    assert runs[0] == runs[1] and len(runs[0]) == 24
 
 
 def test_cancelling_mid_speculation_frees_every_page_drafts_included(checkpoint):

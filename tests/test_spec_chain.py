@@ -48,18 +48,20 @@ def test_a_chains_drafts_are_read_back_after_the_verify_that_takes_them_is_launc
     assert events == ["verify", "read"] and e.sequences["r"].draft.unread
 
 
-def test_greedy_chains_draft_again_before_the_host_reads_the_verify(checkpoint, monkeypatch):
-    # Acceptance of greedy chains stays on the GPU: the next drafts are launched behind the
-    # verify, and the host takes the verify's tokens (and appends them) while they run.
+def test_chains_draft_again_before_the_host_reads_the_verify(checkpoint, monkeypatch):
+    # A verify of chains is judged on the GPU (a sampled request's too): the next drafts are
+    # launched behind it, and the host takes its tokens (and appends them) while they run.
     e = engine(checkpoint("deepseek_v32"), 16, speculative_algorithm="mtp", speculative_num_steps=2)
-    e.add_request("r", PROMPTS[0], GREEDY)
+    e.add_request("greedy", PROMPTS[0], GREEDY)
+    e.add_request("sampled", PROMPTS[1], SamplingParams(max_tokens=64, temperature=0.8, seed=3, ignore_eos=True))
     e.step()
     events, forward, draft, append = [], e.model.forward, e.drafter.draft_verified_chains, e._append
     monkeypatch.setattr(e.model, "forward", lambda *args: events.append("verify") or forward(*args))
     monkeypatch.setattr(e.drafter, "draft_verified_chains", lambda *args: events.append("draft") or draft(*args))
     monkeypatch.setattr(e, "_append", lambda *args: events.append("append") or append(*args))
     e.step()
-    assert events == ["verify", "draft", "append"] and e.sequences["r"].draft.unread
+    assert events == ["verify", "draft", "append", "append"]
+    assert all(s.draft.unread for s in e.sequences.values())
 
 
 def _record_drafts(monkeypatch) -> list:
@@ -85,7 +87,7 @@ def test_drafts_of_spans_padded_for_a_replay_equal_the_unpadded_drafts(checkpoin
     spec = dict(speculative_algorithm="mtp", speculative_num_steps=steps)
     requests = {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS)}
     eager = engine(checkpoint(name), page_size, **spec)
-    monkeypatch.setattr(eager, "_accepts_on_gpu", lambda batch, sampling: False)
+    monkeypatch.setattr(eager, "_judges_on_gpu", lambda batch: False)
     padded = engine(checkpoint(name), page_size, **spec)
     graphs = ChainDraftGraphs(padded.model, padded.cache, steps, padded.spec.reuses_topk,
                               padded.args.max_running_requests, padded.max_model_len, padded.drafter.held_page)

@@ -8,6 +8,10 @@ rejected the token is sampled from the final residual. Each token x then comes o
 probability exactly p(x), and an accepted child repeats the rule one level down with its own
 target row. A chain is the tree of one child per node (plain speculative sampling); greedy rows
 have a one-hot p, which makes this "follow the child that equals the target's argmax".
+
+Chains are also judged on the device, many at once and with nothing read back (judge_chains):
+the same rule, with each request's randomness drawn up front (draw_for_chains) so that a seeded
+request draws the same numbers whichever way its step is judged.
 """
 
 from __future__ import annotations
@@ -53,3 +57,43 @@ def accept_tree(probs: torch.Tensor, tree: DraftTree,
             return path, [tree.token(a) for a in path] + [sampled]
         path.append(child)
         node = child
+
+
+def draw_for_chains(requests: int, steps: int, vocab: int, generators: Sequence[torch.Generator | None],
+                    default: torch.Generator | None, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The randomness judge_chains takes: for each request `steps` uniforms, then `vocab`
+    exponentials, from its own generator where it has one (a seeded request), else from `default`."""
+    uniforms = torch.empty(requests, steps, device=device)
+    races = torch.empty(requests, vocab, device=device)
+    if any(g is None for g in generators):
+        uniforms.uniform_(generator=default)
+        races.exponential_(generator=default)
+    for i, generator in enumerate(generators):
+        if generator is not None:
+            uniforms[i].uniform_(generator=generator)
+            races[i].exponential_(generator=generator)
+    return uniforms, races
+
+
+def judge_chains(probs: torch.Tensor, drafts: torch.Tensor, uniforms: torch.Tensor,
+                 races: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """accept_tree for R chains on the device. probs [R, n, vocab]: the target distribution after
+    the root and after each draft; drafts [R, n - 1]; uniforms [R, n - 1] and races [R, vocab] from
+    draw_for_chains -> (accepted [R]: drafts kept; tokens [R, n], whose first accepted + 1 are
+    emitted: the kept drafts, then one token from the target).
+
+    Draft j is kept when uniforms[:, j] falls below its probability under row j, as long as every
+    draft before it was kept. The token after the kept drafts comes from the row there, less the
+    draft it turned down (the residual; the whole row when every draft was kept), by an
+    exponential race: argmax of p / q with q ~ Exp(1) picks token t with probability p(t) / sum(p),
+    so the residual needs no renormalizing."""
+    last_draft = drafts.shape[1] - 1
+    kept = uniforms < probs[:, :-1].gather(2, drafts.unsqueeze(2)).squeeze(2)
+    accepted = kept.int().cumprod(dim=1).sum(dim=1)
+    row = probs[torch.arange(probs.shape[0], device=probs.device), accepted]
+    turned_down = drafts.gather(1, accepted.clamp(max=last_draft).unsqueeze(1))
+    residual = row.scatter(1, turned_down, torch.where((accepted <= last_draft).unsqueeze(1), 0.0,
+                                                        row.gather(1, turned_down)))
+    token = (residual / races.clamp_min(torch.finfo(races.dtype).tiny)).argmax(dim=1, keepdim=True)
+    tokens = torch.cat([drafts, token], dim=1).scatter(1, accepted.unsqueeze(1), token)
+    return accepted, tokens
