@@ -348,8 +348,8 @@ class Engine:
         processed = process_logits(logits, sampling)
         if self._judges_on_gpu(batch):
             return self._judge_chains_on_gpu(chunks, batch, out, processed, sampling)
-        # Greedy requests walk their trees on the host from one argmax transfer; only sampled
-        # ones need the target distributions (and a device read per child).
+        # Here greedy requests walk their trees on the host from one argmax transfer; sampled
+        # chains are judged as on the GPU path (a read each), sampled trees a device read per child.
         argmax = processed.argmax(dim=-1).tolist() if sampling.any_greedy else None
         probs = None if sampling.all_greedy else sampling_probs(processed, sampling)
         decided = {}
