@@ -8,6 +8,7 @@ import pytest
 from dsa_backend import LLM, SamplingParams
 from dsa_backend.spec.chain import ChainDraftGraphs, chain_reach, held_page_tables
 from dsa_backend.spec.drafter import ChainDrafts
+from dsa_backend.spec.tree import DraftTree
 from test_engine import run_all
 from test_spec import GREEDY, PROMPTS, engine, plain_greedy
 
@@ -120,6 +121,40 @@ def test_padding_requests_of_a_replay_write_only_the_held_page(checkpoint):
     changed = (e.cache.mla.buffer != mla).flatten(2).any(-1).any(0).nonzero().flatten().tolist()
     owned = {p for s in e.sequences.values() for p in s.pages} | {graphs.pad_page}
     assert changed and set(changed) <= owned and graphs.pad_page in changed
+
+
+def test_chains_judged_on_the_gpu_without_reserved_pages_draft_into_the_held_page_only(checkpoint, monkeypatch):
+    # Page size 1, an oracle's drafts (all accepted): a request whose draft reservation fails
+    # still drafts (the drafting is launched before acceptance is known); its steps past its own
+    # pages land in the held page, never in another request's, and it decodes plainly afterwards.
+    expected = plain_greedy(checkpoint, "deepseek_v32")
+
+    def oracle_hand_to(drafts, seq, request):
+        n = len(seq.output_ids)
+        seq.draft = DraftTree.chain(expected[seq.request_id][n:n + 3])
+
+    monkeypatch.setattr(ChainDrafts, "hand_to", oracle_hand_to)
+    e = engine(checkpoint("deepseek_v32"), 1, speculative_algorithm="mtp", speculative_num_steps=3)
+    requests = {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS[:3])}
+    for rid, (prompt, params) in requests.items():
+        e.add_request(rid, prompt, params)
+    while any(len(s.output_ids) < 5 for s in e.sequences.values()):
+        e.step()
+    reserve = e.scheduler.reserve
+    monkeypatch.setattr(e.scheduler, "reserve", lambda seq, num_tokens: False)
+    mla = e.cache.mla.buffer.clone()
+    e.step()                              # a verify of three full chains, all accepted
+    changed = (e.cache.mla.buffer != mla).flatten(2).any(-1).any(0).nonzero().flatten().tolist()
+    owned = {p for s in e.sequences.values() for p in s.pages}
+    assert e.drafter.held_page in changed and set(changed) <= owned | {e.drafter.held_page}
+    assert all(s.draft is None for s in e.sequences.values())
+    monkeypatch.setattr(e.scheduler, "reserve", reserve)
+    got = {rid: list(s.output_ids) for rid, s in e.sequences.items()}
+    while e.has_work():
+        for out in e.step():
+            got[out.request_id] += out.new_token_ids
+    assert got == {rid: expected[rid] for rid in requests}
+    assert e.scheduler.pages.num_available == e.num_kv_pages
 
 
 @pytest.mark.gpu
