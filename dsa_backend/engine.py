@@ -291,10 +291,9 @@ class Engine:
             return None
         seqs = [chunks[i].seq for i in done]
         # Penalties and min_tokens see the tokens not yet read back too (SamplingRow), named as
-        # in Sequence.token_ids: the output is copied only for requests whose sampling reads it.
+        # in Sequence.token_ids.
         unread = [s.params.reads_output and bool(s.pending_rows) for s in seqs]
-        rows = [SamplingRow(s.params, s.prompt_ids, s.token_ids(len(s.prompt_ids), s.num_tokens) if u
-                            else s.output_ids, s.generator, s.arrival) for s, u in zip(seqs, unread)]
+        rows = [SamplingRow(s.params, s.prompt_ids, s.output_so_far(), s.generator, s.arrival) for s in seqs]
         sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device,
                                        pending=self._unread.token_ids if any(unread) else None,
                                        counts=self.token_counts)
@@ -333,8 +332,8 @@ class Engine:
                 seq = chunk.seq
                 for node in range(tree.num_nodes):
                     # A node is judged as if its path were already output (penalties, min_tokens,
-                    # bad words); only rows that read the output pay for a copy of it.
-                    output = seq.output_ids + tree.path_tokens(node) if seq.params.reads_output else seq.output_ids
+                    # bad words).
+                    output = seq.output_so_far(tree.path_tokens(node))
                     rows.append(SamplingRow(seq.params, seq.prompt_ids, output, seq.generator, seq.arrival))
                     logit_rows.append(row + node)
             row += tree.num_nodes

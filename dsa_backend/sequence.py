@@ -79,6 +79,33 @@ class Sequence:
             ids += [-1 - row for row in self.pending_rows[max(0, start - known):end - known]]
         return ids
 
+    def output_so_far(self, extra: list[int] | tuple[int, ...] = ()) -> OutputSoFar:
+        """The output as the sampler reads it (penalties, min_tokens, bad words), without a copy."""
+        return OutputSoFar(self, extra)
+
     @property
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
+
+
+class OutputSoFar:
+    """A request's output as the sampler reads it: the tokens read back, the ones still on the
+    GPU (named -1 - row, as Sequence.token_ids names them), then `extra` (a draft node's path).
+    A view, not a copy: the sampler asks for its length and its newest tokens only (the penalty
+    counts catch up with what they have not seen, a bad word looks at the tail), and copying a
+    long output for every penalized request every step would cost the host O(output) a step."""
+
+    def __init__(self, seq: Sequence, extra: list[int] | tuple[int, ...] = ()):
+        self.seq, self.extra = seq, extra
+
+    def __len__(self) -> int:
+        return len(self.seq.output_ids) + len(self.seq.pending_rows) + len(self.extra)
+
+    def __getitem__(self, index: slice) -> list[int]:
+        start, stop, step = index.indices(len(self))
+        if step != 1:
+            raise ValueError("an output view is sliced in order")
+        base = len(self.seq.prompt_ids)
+        own = self.seq.num_tokens - base   # the request's own output, read back or not
+        head = self.seq.token_ids(base + start, base + min(stop, own)) if start < own else []
+        return head + list(self.extra[max(0, start - own):max(0, stop - own)])
