@@ -26,12 +26,12 @@ from dsa_backend.sampling import (SamplingBatch, SamplingRow, check_vocab, make_
 from dsa_backend.sampling_params import SamplingParams
 from dsa_backend.scheduler import ScheduledChunk, Scheduler
 from dsa_backend.sequence import Sequence, with_pending_tokens
-from dsa_backend.spec.acceptance import accept_greedy, accept_tree, draw_for_chains, judge_chains
+from dsa_backend.spec.acceptance import accept_greedy, draw_for_judging, judge_chains, judge_trees_now
 from dsa_backend.spec.chain import ChainDraftGraphs
 from dsa_backend.spec.compaction import compact_accepted_path
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.drafter import ChainDrafts, DraftInput, MtpDrafter
-from dsa_backend.spec.tree import ROOT_ONLY, DraftTree
+from dsa_backend.spec.tree import ROOT_ONLY
 from dsa_backend.token_counts import TokenCounts
 from dsa_backend.transfer import HostCopy, to_device
 from dsa_backend.warmup import WarmupShapes, warm_up, warm_up_fp8_gemms
@@ -347,19 +347,16 @@ class Engine:
         processed = process_logits(logits, sampling)
         if self._judges_on_gpu(batch):
             return self._judge_chains_on_gpu(chunks, batch, out, processed, sampling)
-        # Here greedy requests walk their trees on the host from one argmax transfer; sampled
-        # chains are judged as on the GPU path (a read each), sampled trees a device read per child.
+        # Here greedy requests walk their trees on the host from one argmax transfer; sampled ones
+        # are judged on the device, all at once, and read back once.
+        trees = {i: chunks[i].draft or ROOT_ONLY for i in first_row}
+        sampled = [i for i in first_row if not chunks[i].seq.params.greedy]
+        verdicts = dict(zip(sampled, judge_trees_now(
+            sampling_probs(processed, sampling), [trees[i] for i in sampled], [first_row[i] for i in sampled],
+            [chunks[i].seq.generator for i in sampled], self.generator))) if sampled else {}
         argmax = processed.argmax(dim=-1).tolist() if sampling.any_greedy else None
-        probs = None if sampling.all_greedy else sampling_probs(processed, sampling)
-        decided = {}
-        for i, r in first_row.items():
-            seq, tree = chunks[i].seq, chunks[i].draft or ROOT_ONLY
-            if seq.params.greedy:
-                decided[i] = accept_greedy(argmax[r:r + tree.num_nodes], tree)
-            elif self.spec.is_chain and tree.num_drafts:
-                decided[i] = self._judge_chain_now(probs[r:r + tree.num_nodes], tree, seq)
-            else:
-                decided[i] = accept_tree(probs[r:r + tree.num_nodes], tree, seq.generator or self.generator)
+        decided = {i: verdicts[i] if i in verdicts else accept_greedy(argmax[r:r + trees[i].num_nodes], trees[i])
+                   for i, r in first_row.items()}
         logprobs = self._emitted_logprobs(processed, first_row, decided, sampling.return_logprobs)
         outputs = []
         for i, (path, tokens) in decided.items():
@@ -385,7 +382,7 @@ class Engine:
             tokens = processed.argmax(dim=-1).view(-1, n)            # the target's choice after each node
             accepted = (drafts == tokens[:, :-1]).int().cumprod(dim=1).sum(dim=1)
         else:
-            draws = draw_for_chains(len(chunks), n - 1, self.config.vocab_size, [c.seq.generator for c in chunks],
+            draws = draw_for_judging(len(chunks), (n - 1,), self.config.vocab_size, [c.seq.generator for c in chunks],
                                     self.generator, self.device)
             probs = sampling_probs(processed, sampling).view(len(chunks), n, -1)
             accepted, tokens = judge_chains(probs, drafts, *draws)
@@ -410,16 +407,6 @@ class Engine:
                 unread.hand_to(chunk.seq, i)
         self._unread_drafts = unread
         return outputs
-
-    def _judge_chain_now(self, probs: torch.Tensor, tree: DraftTree, seq: Sequence) -> tuple[list[int], list[int]]:
-        """judge_chains for one sampled chain of a batch judged on the host, with the draws it
-        would take on the GPU path (so a seeded request's tokens do not depend on the path)."""
-        draws = draw_for_chains(1, tree.num_drafts, self.config.vocab_size, [seq.generator], self.generator,
-                                self.device)
-        drafts = to_device(torch.tensor([tree.tokens]), self.device)
-        accepted, tokens = judge_chains(probs.unsqueeze(0), drafts, *draws)
-        (accepted,), (tokens,) = accepted.tolist(), tokens.tolist()
-        return list(range(1, accepted + 1)), tokens[:accepted + 1]
 
     def _take_accepted(self, chunk: ScheduledChunk, path: list[int], tokens: list[int],
                        logprobs: list[float | None]) -> RequestOutput:

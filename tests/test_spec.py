@@ -10,7 +10,7 @@ from dsa_backend import LLM
 from dsa_backend.batch import ForwardBatch, ForwardMode
 from dsa_backend.engine import Engine, EngineArgs
 from dsa_backend.sampling_params import SamplingParams
-from dsa_backend.spec.acceptance import accept_tree, draw_for_chains, judge_chains
+from dsa_backend.spec.acceptance import draw_for_judging, judge_chains, judge_trees, judge_trees_now
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.drafter import ChainDrafts
 from dsa_backend.spec.tree import DraftTree
@@ -167,15 +167,14 @@ def chi_square(counts: torch.Tensor, probs: torch.Tensor) -> float:
 def test_rejection_sampling_emits_the_target_distribution():
     # p0 is the target at the first drafted position, p1 at the second; the draft proposes token 2
     # then token 0. Whatever the drafts, the first emitted token must follow p0 and, when the first
-    # draft was accepted, the second must follow p1. Threshold: chi-square with 5 degrees of
-    # freedom at significance 0.001 is 20.5.
+    # draft was accepted, the second must follow p1 (20000 copies judged at once by judge_trees).
+    # Threshold: chi-square with 5 degrees of freedom at significance 0.001 is 20.5.
     p0 = torch.tensor([0.05, 0.25, 0.30, 0.0, 0.15, 0.25])
     p1 = torch.tensor([0.40, 0.10, 0.10, 0.20, 0.0, 0.20])
     probs = torch.stack([p0, p1, torch.full((6,), 1 / 6)])
     gen = torch.Generator().manual_seed(0)
     first, second = torch.zeros(6), torch.zeros(6)
-    for _ in range(20000):
-        _, out = accept_tree(probs, DraftTree.chain([2, 0]), gen)
+    for _, out in judge_trees_now(probs, [DraftTree.chain([2, 0])] * 20000, [0] * 20000, [None] * 20000, gen):
         first[out[0]] += 1
         if out[0] == 2:
             second[out[1]] += 1
@@ -185,16 +184,16 @@ def test_rejection_sampling_emits_the_target_distribution():
 
 def test_chains_judged_on_the_device_emit_the_target_distribution():
     # judge_chains over 20000 copies of the chain above at once, with a third draft (token 1,
-    # judged under p2): the token at each depth follows its row, whatever the drafts, as with
-    # accept_tree.
+    # judged under p2): the token at each depth follows its row, whatever the drafts; and
+    # judge_trees, given the same draws, reaches the same verdicts on the same chains.
     p2 = torch.tensor([0.10, 0.30, 0.20, 0.20, 0.10, 0.10])
     probs = torch.stack([torch.tensor([0.05, 0.25, 0.30, 0.0, 0.15, 0.25]),
                          torch.tensor([0.40, 0.10, 0.10, 0.20, 0.0, 0.20]), p2, torch.full((6,), 1 / 6)])
     n = 20000
     gen = torch.Generator().manual_seed(0)
     drafts = torch.tensor([[2, 0, 1]]).expand(n, 3)
-    accepted, tokens = judge_chains(probs.expand(n, 4, 6), drafts,
-                                    *draw_for_chains(n, 3, 6, [None] * n, gen, torch.device("cpu")))
+    uniforms, races = draw_for_judging(n, (3,), 6, [None] * n, gen, torch.device("cpu"))
+    accepted, tokens = judge_chains(probs.expand(n, 4, 6), drafts, uniforms, races)
     assert chi_square(torch.bincount(tokens[:, 0], minlength=6).float(), probs[0]) < 20.5
     second = tokens[accepted >= 1, 1]
     assert chi_square(torch.bincount(second, minlength=6).float(), probs[1]) < 20.5
@@ -204,13 +203,17 @@ def test_chains_judged_on_the_device_emit_the_target_distribution():
     assert all((tokens[accepted > j, j] == d).all() for j, d in enumerate([2, 0, 1]))
     assert abs((accepted >= 1).float().mean() - 0.30) < 0.02
     assert abs((accepted >= 2).float().mean() - 0.30 * 0.40) < 0.02
+    children = torch.tensor([[1], [2], [3], [-1]]).expand(n, 4, 1)
+    path, token = judge_trees(probs.expand(n, 4, 6), children, torch.tensor([0, 2, 0, 1]).expand(n, 4),
+                              uniforms.view(n, 3, 1), races)
+    assert torch.equal((path >= 0).sum(dim=1), accepted)
+    assert torch.equal(token, tokens.gather(1, accepted.unsqueeze(1)).squeeze(1))
 
 
 def test_greedy_target_accepts_exactly_the_matching_prefix():
     one_hot = torch.eye(5)[[3, 1, 4]]  # the target's argmax is 3, then 1, then 4
-    assert accept_tree(one_hot, DraftTree.chain([3, 1]), None) == ([1, 2], [3, 1, 4])
-    assert accept_tree(one_hot, DraftTree.chain([3, 2]), None) == ([1], [3, 1])
-    assert accept_tree(one_hot, DraftTree.chain([0, 1]), None) == ([], [3])
+    for drafts, verdict in [([3, 1], ([1, 2], [3, 1, 4])), ([3, 2], ([1], [3, 1])), ([0, 1], ([], [3]))]:
+        assert judge_trees_now(one_hot, [DraftTree.chain(drafts)], [0], [None], None) == [verdict]
 
 
 def test_seeded_sampling_with_speculation_is_reproducible(checkpoint):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dsa_backend.sampling_params import SamplingParams
-from dsa_backend.spec.acceptance import accept_greedy, accept_tree
+from dsa_backend.spec.acceptance import accept_greedy, judge_trees_now
 from dsa_backend.spec.config import SpecConfig
 from dsa_backend.spec.tree import DraftTree, best_first_tree
 from test_engine import run_all
@@ -122,8 +122,7 @@ def test_tree_rejection_sampling_emits_the_target_distribution():
     probs = torch.stack([p_root, p_node1, p_node2, torch.full((6,), 1 / 6), torch.full((6,), 1 / 6)])
     gen = torch.Generator().manual_seed(0)
     first, after_2, after_4 = torch.zeros(6), torch.zeros(6), torch.zeros(6)
-    for _ in range(20000):
-        _, out = accept_tree(probs, tree, gen)
+    for _, out in judge_trees_now(probs, [tree] * 20000, [0] * 20000, [None] * 20000, gen):
         first[out[0]] += 1
         if out[0] == 2:
             after_2[out[1]] += 1
@@ -137,18 +136,19 @@ def test_tree_rejection_sampling_emits_the_target_distribution():
 def test_greedy_target_walks_the_tree_along_its_argmax():
     tree = DraftTree((7, 3, 1, 2, 4), (0, 0, 2, 2, 4))   # root -> {7, 3}; 3 -> {1, 2}; 2 -> {4}
     one_hot = torch.eye(8)[[3, 0, 2, 5, 4, 6]]           # argmax after root 3, after node 2 (3) 2, ...
-    assert accept_tree(one_hot, tree, None) == ([2, 4, 5], [3, 2, 4, 6])
+    assert judge_trees_now(one_hot, [tree], [0], [None], None) == [([2, 4, 5], [3, 2, 4, 6])]
     one_hot[0] = torch.eye(8)[5]                         # no child of the root matches
-    assert accept_tree(one_hot, tree, None) == ([], [5])
+    assert judge_trees_now(one_hot, [tree], [0], [None], None) == [([], [5])]
 
 
 def test_host_greedy_acceptance_equals_the_rule_on_one_hot_rows():
-    # the engine's greedy fast path, against accept_tree on every argmax assignment of a tree
+    # the engine's greedy path on the host, against judge_trees on 200 argmax assignments of a tree at once
     tree = DraftTree((7, 3, 1, 2, 4), (0, 0, 2, 2, 4))
     gen = torch.Generator().manual_seed(0)
-    for _ in range(200):
-        argmax = torch.randint(0, 8, (tree.num_nodes,), generator=gen).tolist()
-        assert accept_greedy(argmax, tree) == accept_tree(torch.eye(8)[argmax], tree, gen)
+    argmaxes = torch.randint(0, 8, (200, tree.num_nodes), generator=gen)
+    verdicts = judge_trees_now(torch.eye(8)[argmaxes.flatten()], [tree] * 200, range(0, 200 * tree.num_nodes,
+                               tree.num_nodes), [None] * 200, gen)
+    assert [accept_greedy(a, tree) for a in argmaxes.tolist()] == verdicts
 
 
 def test_best_first_selection_keeps_the_highest_scoring_connected_nodes():
