@@ -131,7 +131,9 @@ def judge_trees_now(probs: torch.Tensor, trees: Sequence[DraftTree], first_rows:
                 for t in trees]
     node_tokens = [[0, *t.tokens] + [0] * (nodes - t.num_nodes) for t in trees]
     draws = draw_for_judging(len(trees), (depth, width), probs.shape[1], generators, default, device)
-    path, token = judge_trees(probs[torch.tensor(rows, device=device)].view(len(trees), nodes, -1),
+    # every row in order (trees of one size, nothing else in the batch): no copy of [rows, vocab]
+    picked = probs if rows == list(range(probs.shape[0])) else probs[torch.tensor(rows, device=device)]
+    path, token = judge_trees(picked.view(len(trees), nodes, -1),
                               torch.tensor(children, dtype=torch.long, device=device).view(len(trees), nodes, width),
                               torch.tensor(node_tokens, device=device), *draws)
     host = HostCopy(path, token).wait()
