@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from dsa_backend.spec.tree import DraftTree
-from dsa_backend.transfer import HostCopy
+from dsa_backend.transfer import HostCopy, to_device
 
 
 def accept_greedy(argmax: Sequence[int], tree: DraftTree) -> tuple[list[int], list[int]]:
@@ -132,10 +132,10 @@ def judge_trees_now(probs: torch.Tensor, trees: Sequence[DraftTree], first_rows:
     node_tokens = [[0, *t.tokens] + [0] * (nodes - t.num_nodes) for t in trees]
     draws = draw_for_judging(len(trees), (depth, width), probs.shape[1], generators, default, device)
     # every row in order (trees of one size, nothing else in the batch): no copy of [rows, vocab]
-    picked = probs if rows == list(range(probs.shape[0])) else probs[torch.tensor(rows, device=device)]
+    picked = probs if rows == list(range(probs.shape[0])) else probs[to_device(torch.tensor(rows), device)]
     path, token = judge_trees(picked.view(len(trees), nodes, -1),
-                              torch.tensor(children, dtype=torch.long, device=device).view(len(trees), nodes, width),
-                              torch.tensor(node_tokens, device=device), *draws)
+                              to_device(torch.tensor(children, dtype=torch.long), device).view(len(trees), nodes, width),
+                              to_device(torch.tensor(node_tokens), device), *draws)
     host = HostCopy(path, token).wait()
     return [([a for a in p if a >= 0], [t.token(a) for a in p if a >= 0] + [drawn])
             for t, p, drawn in zip(trees, *host)]
