@@ -332,8 +332,8 @@ class Engine:
                 seq = chunk.seq
                 for node in range(tree.num_nodes):
                     # A node is judged as if its path were already output (penalties, min_tokens,
-                    # bad words).
-                    output = seq.output_so_far(tree.path_tokens(node))
+                    # bad words); only rows that read the output need the path.
+                    output = seq.output_so_far(tree.path_tokens(node) if seq.params.reads_output else ())
                     rows.append(SamplingRow(seq.params, seq.prompt_ids, output, seq.generator, seq.arrival))
                     logit_rows.append(row + node)
             row += tree.num_nodes
@@ -382,8 +382,10 @@ class Engine:
             tokens = processed.argmax(dim=-1).view(-1, n)            # the target's choice after each node
             accepted = (drafts == tokens[:, :-1]).int().cumprod(dim=1).sum(dim=1)
         else:
-            draws = draw_for_judging(len(chunks), (n - 1,), self.config.vocab_size, [c.seq.generator for c in chunks],
-                                    self.generator, self.device)
+            # greedy rows' verdicts do not depend on their draws: they take the batch's shared ones
+            generators = [None if c.seq.params.greedy else c.seq.generator for c in chunks]
+            draws = draw_for_judging(len(chunks), (n - 1,), self.config.vocab_size, generators, self.generator,
+                                     self.device)
             probs = sampling_probs(processed, sampling).view(len(chunks), n, -1)
             accepted, tokens = judge_chains(probs, drafts, *draws)
         tokens = tokens.flatten()
