@@ -3,7 +3,7 @@ shapes and for its routed experts, against DeepGEMM's fp8_gemm_nt, torch's bf16 
 weights, and the HBM roofline of the e4m3 weights, all measured in this run.
 
     python3 benchmarks/bench_fp8_gemm.py [--rows 1,4,32,128,1024,4096] [--tokens 1,4,32,128,512]
-        [--experts 256] [--only dense|experts] [--json out.json]
+        [--experts 256] [--only dense|stacked|experts] [--json out.json]
 
 CUDA-graph times (benchmarks/graph_timing.py). A model reads each layer's weights once a step, from
 HBM: the dense calls here cycle through enough copies of the weights (256 MiB of e4m3) that none is
@@ -14,7 +14,8 @@ still in L2 when its turn comes again. Columns, microseconds a call:
 - ours_gemm / deepgemm: the GEMMs alone on activations quantized before;
 - bf16: F.linear on the bf16 weights (what dequantized weights cost);
 - roofline: the e4m3 weights and scales read once at the copy bandwidth measured here.
-The experts rows time one MoE layer's routed experts (dsa_backend/models/moe.py's Experts, 8 a
+The stacked rows time the attention's projections of one input as the model runs them, one
+stacked GEMM (`stacked`), against a GEMM a layer (`apart`), both `auto`. The experts rows time one MoE layer's routed experts (dsa_backend/models/moe.py's Experts, 8 a
 token, random routing) with e4m3 and with bf16 weights; their roofline is the distinct experts'
 e4m3 weights. Prints one JSON line a row, then the whole result.
 """
@@ -44,6 +45,8 @@ DENSE = {"q_a_proj": (1536, 7168), "kv_a_proj_with_mqa": (576, 7168), "q_b_proj"
          "o_proj": (7168, 16384), "indexer.wq_b": (8192, 1536), "indexer.wk": (128, 7168),
          "shared.gate_proj": (2048, 7168), "shared.down_proj": (7168, 2048),
          "dense.gate_proj": (18432, 7168), "dense.down_proj": (7168, 18432)}
+# Layers the model stacks into one GEMM of their shared input: from x, and from q_lora
+STACKED = {"qkv_a_proj": ("q_a_proj", "indexer.wk", "kv_a_proj_with_mqa"), "q_heads_proj": ("q_b_proj", "indexer.wq_b")}
 ROTATION_BYTES = 256 << 20
 
 
@@ -116,6 +119,34 @@ def dense_rows(rows: list[int], bandwidth: float) -> list[dict]:
     return out
 
 
+def stacked_rows(rows: list[int], bandwidth: float) -> list[dict]:
+    """The attention's projections of one input as the model runs them, stacked by rows into one
+    GEMM (dsa_backend/weights.py, stacked_projections), against one GEMM a layer (`auto` both)."""
+    out = []
+    for name, parts in STACKED.items():
+        k = DENSE[parts[0]][1]
+        n = sum(DENSE[p][0] for p in parts)
+        copies = max(1, -(-ROTATION_BYTES // (n * k)))
+        apart = [_random_fp8(DENSE[p][0], k, copies) for p in parts]
+        stacked = [(torch.cat([w[i] for w, _ in apart]), torch.cat([s[i] for _, s in apart])) for i in range(copies)]
+        for m in rows:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            whole = dsa_kernels.fp8_linear(x, *stacked[0])
+            each = torch.cat([dsa_kernels.fp8_linear(x, w[0], s[0]) for w, s in apart], dim=-1)
+            row = dict(section="stacked", stack=name, parts=list(parts), n=n, k=k, m=m,
+                       roofline_us=round((n * k + stacked[0][1].numel() * 4) / bandwidth / 1e3, 2),
+                       stacked_equals_apart=bool(torch.equal(whole, each)),
+                       relative_difference=_relative_error(whole, each.float()))
+            fns = {"apart": _cycling(lambda i: [dsa_kernels.fp8_linear(x, w[i], s[i]) for w, s in apart], copies),
+                   "stacked": _cycling(lambda i: dsa_kernels.fp8_linear(x, *stacked[i]), copies)}
+            for col, fn in fns.items():
+                row[f"{col}_us"] = round(graph_ms(fn, rep_ms=10, replays=5) * 1e3, 2)
+            row["stacked_over_apart"] = round(row["apart_us"] / row["stacked_us"], 3)
+            print(json.dumps(row), flush=True)
+            out.append(row)
+    return out
+
+
 def experts_rows(tokens_list: list[int], experts: int, bandwidth: float) -> list[dict]:
     c = types.SimpleNamespace(n_routed_experts=experts, moe_intermediate_size=INTERMEDIATE, hidden_size=HIDDEN)
     with torch.device("meta"):
@@ -156,13 +187,15 @@ def main() -> None:
     ap.add_argument("--rows", default="1,4,32,128,1024,4096")
     ap.add_argument("--tokens", default="1,4,32,128,512")
     ap.add_argument("--experts", type=int, default=256)
-    ap.add_argument("--only", choices=["dense", "experts"])
+    ap.add_argument("--only", choices=["dense", "stacked", "experts"])
     ap.add_argument("--json")
     a = ap.parse_args()
     bandwidth = copy_bandwidth()
     rows = []
     if a.only in (None, "dense"):
         rows += dense_rows([int(m) for m in a.rows.split(",")], bandwidth)
+    if a.only in (None, "stacked"):
+        rows += stacked_rows([int(m) for m in a.rows.split(",")], bandwidth)
     if a.only in (None, "experts"):
         rows += experts_rows([int(t) for t in a.tokens.split(",")], a.experts, bandwidth)
     result = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(), torch=torch.__version__,

@@ -1,8 +1,8 @@
 """Load a sharded safetensors DSA checkpoint into the model's parameter names.
 
 Checkpoint names follow the Hugging Face releases (per-expert tensors, the MTP layer at index
-num_hidden_layers); the model stacks experts ([E, 2I, H] gate+up, [E, H, I] down) and keeps the
-MTP layer under `mtp.{j}`. FP8 block weights are either kept in e4m3 with their weight_scale_inv
+num_hidden_layers); the model stacks experts ([E, 2I, H] gate+up, [E, H, I] down) and the
+attention projections of one input (`stacked_projections`), and keeps the MTP layer under `mtp.{j}`. FP8 block weights are either kept in e4m3 with their weight_scale_inv
 beside them (`keep_fp8`, for dsa_backend/models/fp8_linear.py) or dequantized at load. Every
 missing, unexpected or mis-shaped tensor is an error that names it.
 """
@@ -30,6 +30,20 @@ class CheckpointInfo:
     """What the checkpoint holds beyond what its config says."""
 
     mtp_has_indexer: bool
+
+
+def stacked_projections(c: ModelConfig, has_indexer: bool) -> dict[str, tuple[tuple[str, int], ...]]:
+    """The linear layers an attention layer runs as one GEMM of their shared input (models/mla.py):
+    stacked name -> its parts (checkpoint name under self_attn., rows) in row order. From x: q_a,
+    the indexer's key and kv_a; from q_lora: the attention's and the indexer's query heads. In the
+    releases every part but the last ends on a 128-row block, so the stacked FP8 scales keep them."""
+    index_k = (("indexer.wk", c.index_head_dim),) if has_indexer else ()
+    index_q = (("indexer.wq_b", c.index_n_heads * c.index_head_dim),) if has_indexer else ()
+    return {
+        "qkv_a_proj": (("q_a_proj", c.q_lora_rank), *index_k,
+                       ("kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim)),
+        "q_heads_proj": (("q_b_proj", c.num_attention_heads * c.qk_head_dim), *index_q),
+    }
 
 
 def _indexer_shapes(prefix: str, c: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -196,6 +210,8 @@ def load_weights(model_dir: str | Path, config: ModelConfig, dtype: torch.dtype,
                                   f"expected {(config.vocab_size, config.hidden_size)}")
     for prefix, parts in experts.items():
         state.update(_stacked_experts(prefix, parts, config, dtype))
+    for name in [n for n in state if n.endswith(".self_attn.q_a_proj.weight")]:
+        _stack_projections(state, name[: -len("q_a_proj.weight")], config, dtype)
     return state, info
 
 
@@ -206,11 +222,39 @@ def _checked_scale(name: str, w: torch.Tensor, scale_inv: torch.Tensor, block: t
     return scale_inv.float()
 
 
+def _stack_projections(state: dict[str, torch.Tensor], prefix: str, config: ModelConfig, dtype: torch.dtype) -> None:
+    """Replace one attention layer's projections in `state` by their stacks (stacked_projections)."""
+    stacks = stacked_projections(config, has_indexer=prefix + "indexer.wk.weight" in state)
+    block = config.quantization.block[0] if config.quantization else None
+    for stacked, parts in stacks.items():
+        weights = [(state.pop(prefix + part + ".weight"), state.pop(prefix + part + ".weight_scale_inv", None))
+                   for part, _ in parts]
+        state[prefix + stacked + ".weight"], scale = _stacked_rows(weights, block, dtype)
+        if scale is not None:
+            state[prefix + stacked + ".weight_scale_inv"] = scale
+
+
+def _stacked_rows(parts: list[tuple[torch.Tensor, torch.Tensor | None]], block: int | None,
+                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Weights of one input stacked by rows: in e4m3 with stacked scales where every part came so,
+    else in dtype (the e4m3 parts dequantized)."""
+    if any(scale is None for _, scale in parts):
+        return torch.cat([w if s is None else dequantize_weight_ref(w, s).to(dtype) for w, s in parts]), None
+    return torch.cat([w for w, _ in parts]), _stacked_scales([(w.shape[0], s) for w, s in parts], block)
+
+
+def _stacked_scales(parts: list[tuple[int, torch.Tensor]], block: int) -> torch.Tensor:
+    """The scales of weights stacked by rows, given each part's (rows, block scales): they keep
+    the checkpoints' row blocks where every part but the last ends on one; otherwise each row
+    gets its own copy of its block's scale (dsa_kernels' FP8 GEMMs take either)."""
+    if all(rows % block == 0 for rows, _ in parts[:-1]):
+        return torch.cat([scale for _, scale in parts])
+    return torch.cat([scale.repeat_interleave(block, 0)[:rows] for rows, scale in parts])
+
+
 def _stacked_experts(prefix: str, parts: dict, config: ModelConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """One layer's per-expert tensors as w13 [E, 2I, H] (gate then up) and w2 [E, H, I], in e4m3
-    with their scales where every part came so, else in dtype. The stacked scales keep the
-    checkpoints' 128-row blocks where gate ends on one (I a multiple of 128, as in the releases);
-    otherwise each row gets its own copy of its block's scale (dsa_kernels.fp8_grouped_linear)."""
+    with their scales (`_stacked_scales`) where every part came so, else in dtype."""
     n, block = config.n_routed_experts, config.quantization.block if config.quantization else None
     if any(scale is None for _, scale in parts.values()):
         parts = {key: (tensor if scale is None else dequantize_weight_ref(tensor, scale).to(dtype), None)
@@ -220,15 +264,8 @@ def _stacked_experts(prefix: str, parts: dict, config: ModelConfig, dtype: torch
     if parts[(0, "down")][1] is None:
         return state
     rows = config.moe_intermediate_size
-    per_row = rows % block[0] != 0
-
-    def gate_up_scales(e: int) -> torch.Tensor:
-        gate, up = parts[(e, "gate")][1], parts[(e, "up")][1]
-        if per_row:
-            gate, up = (s.repeat_interleave(block[0], 0)[:rows] for s in (gate, up))
-        return torch.cat([gate, up])
-
-    state[prefix + ".w13_scale_inv"] = torch.stack([gate_up_scales(e) for e in range(n)])
+    state[prefix + ".w13_scale_inv"] = torch.stack(
+        [_stacked_scales([(rows, parts[(e, "gate")][1]), (rows, parts[(e, "up")][1])], block[0]) for e in range(n)])
     state[prefix + ".w2_scale_inv"] = torch.stack([parts[(e, "down")][1] for e in range(n)])
     return state
 
@@ -275,7 +312,9 @@ def _model_name(name: str, config: ModelConfig) -> str:
 
 
 def mtp_checkpoint_tensors(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
-    """The MTP layers' tensors of a model state dict under their checkpoint names (inverse of load)."""
+    """The MTP layers' tensors of a model state dict whose weights are not kept in FP8, under their
+    checkpoint names (inverse of load)."""
+    stacks = stacked_projections(config, has_indexer=False).keys()
     out = {}
     for name, tensor in state.items():
         match = re.match(r"mtp\.(\d+)\.(decoder\.)?(.*)", name)
@@ -292,6 +331,11 @@ def mtp_checkpoint_tensors(state: dict[str, torch.Tensor], config: ModelConfig) 
             base = prefix + rest[: -len("w2")]
             for e, w in enumerate(tensor):
                 out[f"{base}{e}.down_proj.weight"] = w
+        elif (stacked := re.fullmatch(r"self_attn\.(\w+)\.weight", rest)) and stacked.group(1) in stacks:
+            has_indexer = f"mtp.{match.group(1)}.decoder.self_attn.indexer.k_norm.weight" in state
+            parts = stacked_projections(config, has_indexer)[stacked.group(1)]
+            for (part, _), w in zip(parts, tensor.split([rows for _, rows in parts])):
+                out[f"{prefix}self_attn.{part}.weight"] = w
         else:
             out[prefix + rest] = tensor
     return out

@@ -483,7 +483,8 @@ def fp8_linear(x, w, w_scale, *, backend: str = "auto"):
     """x [M, K] (bf16 or float32) times w [N, K] e4m3 (w_scale [N/128, K/128], or [N, K/128] per
     row) transposed -> [M, N] in x's dtype: a linear layer of an FP8 checkpoint. x is quantized to
     e4m3 a 1 x 128 group at a time (quantize_act)."""
-    library = "deepgemm" if _deepgemm_fp8_linear(x.shape[0], x.dtype, capability(x.device)) else None
+    block_scales = w_scale.shape[0] != w.shape[0] or w.shape[0] == 1  # DeepGEMM takes no per-row scales
+    library = "deepgemm" if block_scales and _deepgemm_fp8_linear(x.shape[0], x.dtype, capability(x.device)) else None
     choice = _unless_batch_invariant(_choose(x, backend, library, fp8=True), backend)
     if choice == "reference":
         return ref.fp8_linear_ref(*ref.quantize_act_ref(x), w, w_scale).to(x.dtype)

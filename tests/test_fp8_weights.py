@@ -15,7 +15,7 @@ from dsa_backend.config import ModelConfig
 from dsa_backend.engine import EngineArgs
 from dsa_backend.models import load_model
 from dsa_backend.models.fp8_linear import Fp8Linear
-from dsa_backend.weights import dequantize_fp8_block, load_weights
+from dsa_backend.weights import dequantize_fp8_block, load_weights, stacked_projections
 from dsa_kernels.reference import dequantize_weight_ref
 
 FP8 = torch.float8_e4m3fn
@@ -29,11 +29,32 @@ def test_kept_weights_are_the_checkpoints_bytes_and_scales(checkpoint):
     d = checkpoint("deepseek_v32_fp8")
     raw = _raw(d)
     state, _ = load_weights(d, ModelConfig.from_pretrained(d), torch.float32, keep_fp8=True)
-    for name in ("model.layers.0.self_attn.q_b_proj.weight", "model.layers.1.self_attn.indexer.wk.weight",
-                 "model.layers.1.mlp.shared_experts.down_proj.weight"):
+    for name in ("model.layers.0.self_attn.o_proj.weight", "model.layers.1.mlp.shared_experts.down_proj.weight"):
         assert state[name].dtype == FP8
         assert torch.equal(state[name].view(torch.uint8), raw[name].view(torch.uint8))
         assert torch.equal(state[name + "_scale_inv"], raw[name + "_scale_inv"])
+
+
+@pytest.mark.parametrize("name, layer", [("deepseek_v32_fp8", 1), ("deepseek_v32_fp8", 4), ("glm_shared_fp8", 1)])
+def test_stacked_projections_dequantize_to_their_parts(checkpoint, name, layer):
+    # q_a | wk | kv_a and q_b | wq_b, one GEMM each (mla.py). The tiny preset's 64 q_a rows end
+    # inside a block, so qkv_a gets a scale a row; q_b's 384 rows end on one, so q_heads keeps blocks.
+    d = checkpoint(name)
+    c = ModelConfig.from_pretrained(d)
+    raw = _raw(d)
+    state, _ = load_weights(d, c, torch.float32, keep_fp8=True)
+    prefix = f"model.layers.{layer}.self_attn." if layer < c.num_hidden_layers else "mtp.0.decoder.self_attn."
+    ckpt_prefix = f"model.layers.{layer}.self_attn."
+    has_indexer = ckpt_prefix + "indexer.wk.weight" in raw
+    assert has_indexer == (name == "deepseek_v32_fp8")  # GLM's layer 1 reuses layer 0's top-k
+    for stacked, parts in stacked_projections(c, has_indexer).items():
+        weight, scale = state[prefix + stacked + ".weight"], state[prefix + stacked + ".weight_scale_inv"]
+        assert weight.dtype == FP8 and prefix + parts[0][0] + ".weight" not in state
+        assert scale.shape[0] == (weight.shape[0] if stacked == "qkv_a_proj" else -(-weight.shape[0] // 128))
+        full = dequantize_weight_ref(weight, scale)
+        for (part, _), got in zip(parts, full.split([rows for _, rows in parts])):
+            w = ckpt_prefix + part + ".weight"
+            assert torch.equal(got, dequantize_fp8_block(raw[w], raw[w + "_scale_inv"], (128, 128)))
 
 
 def test_kv_b_proj_is_dequantized_even_when_the_rest_stays_fp8(checkpoint):
@@ -68,7 +89,7 @@ def test_stacked_experts_dequantize_to_the_per_expert_weights(checkpoint):
 def test_model_holds_fp8_linears_and_no_meta_tensors(checkpoint):
     model, _ = load_model(checkpoint("deepseek_v32_fp8"), torch.float32, keep_fp8=True)
     attn = model.model.layers[0].self_attn
-    assert isinstance(attn.q_a_proj, Fp8Linear) and isinstance(model.mtp[0].eh_proj, Fp8Linear)
+    assert isinstance(attn.qkv_a_proj, Fp8Linear) and isinstance(model.mtp[0].eh_proj, Fp8Linear)
     assert isinstance(attn.kv_b_proj, torch.nn.Linear) and not isinstance(attn.kv_b_proj, Fp8Linear)
     assert model.lm_head.weight.dtype == torch.float32  # the head and embedding are never quantized
     assert not any(t.is_meta for t in model.state_dict().values())
@@ -107,11 +128,13 @@ def test_fp8_forward_equals_dequantized_weights_on_e4m3_activations(checkpoint, 
     monkeypatch.setattr(torch, "_grouped_mm", lambda a, b, offs: grouped_mm(_fake_quantized(a), b, offs=offs))
     path, prompts = checkpoint(name), random_prompts((20, 45, 70), seed=5)
     kept, _ = load_model(path, torch.float32, keep_fp8=True)
-    fp8_linears = [n for n, m in kept.named_modules() if isinstance(m, Fp8Linear)]
-    # every quantized weight of the checkpoint but kv_b_proj and the routed experts' is an Fp8Linear
-    quantized = [n for n in _raw(path) if n.endswith(".weight_scale_inv")
+    fp8_linears = {n: m for n, m in kept.named_modules() if isinstance(m, Fp8Linear)}
+    # every quantized weight of the checkpoint but kv_b_proj and the routed experts' is in an
+    # Fp8Linear (some stacked by rows in one)
+    raw = _raw(path)
+    quantized = [n[: -len("_scale_inv")] for n in raw if n.endswith(".weight_scale_inv")
                  and ".experts." not in n and "kv_b_proj" not in n]
-    assert len(fp8_linears) == len(quantized) > 0
+    assert sum(m.weight.numel() for m in fp8_linears.values()) == sum(raw[n].numel() for n in quantized) > 0
     want = _hidden(path, prompts, keep_fp8=False, fake_quantized=fp8_linears)
     monkeypatch.setattr(torch, "_grouped_mm", grouped_mm)
     got = _hidden(path, prompts, keep_fp8=True)
@@ -142,7 +165,7 @@ def test_engine_with_kept_fp8_weights_drafts_with_the_mtp_layer_and_keeps_greedy
     for spec in ({}, dict(speculative_algorithm="mtp", speculative_num_steps=2)):
         llm = LLM(checkpoint("deepseek_v32_fp8"), device="cpu", dtype="float32", fp8_weights="keep", **spec)
         assert isinstance(llm.engine.model.model.layers[1].self_attn.o_proj, Fp8Linear)
-        assert isinstance(llm.engine.model.mtp[0].decoder.self_attn.q_b_proj, Fp8Linear)  # the drafter's too
+        assert isinstance(llm.engine.model.mtp[0].decoder.self_attn.q_heads_proj, Fp8Linear)  # the drafter's too
         outputs.append([o.token_ids for o in llm.generate(prompts, params)])
     assert [len(t) for t in outputs[0]] == [6, 6]
     assert outputs[1] == outputs[0]  # speculation changes no greedy token
@@ -159,7 +182,7 @@ def test_fp8_engine_on_cuda_keeps_fp8_and_its_graphs_equal_the_eager_steps(check
     runs = {}
     for graphs in (True, False):
         llm = LLM(path, device="cuda", cuda_graph=graphs, max_running_requests=4, num_kv_pages=64)
-        assert isinstance(llm.engine.model.model.layers[0].self_attn.q_a_proj, Fp8Linear)  # "auto" keeps them
+        assert isinstance(llm.engine.model.model.layers[0].self_attn.qkv_a_proj, Fp8Linear)  # "auto" keeps them
         assert (llm.engine.graphs is not None) == graphs
         runs[graphs] = [o.token_ids for o in llm.generate(prompts, params)]
         del llm

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import torch
 
+from dsa_backend.engine import Engine, EngineArgs
 from dsa_backend.sampling_params import SamplingParams
 from dsa_backend.spec.acceptance import accept_greedy, judge_trees_now
 from dsa_backend.spec.config import SpecConfig
@@ -163,6 +164,27 @@ def test_seeded_tree_sampling_is_reproducible(checkpoint):
     params = SamplingParams(max_tokens=16, temperature=0.8, top_p=0.95, seed=7, ignore_eos=True)
     runs = [run_all(tree_engine(checkpoint("glm_moe_dsa"), 64, 2, 3), {"a": (PROMPTS[1], params)}) for _ in range(2)]
     assert runs[0] == runs[1] and len(runs[0]["a"]) == 16
+
+
+@pytest.mark.gpu
+def test_trees_on_the_gpu_stay_lossless_and_seeded_samples_repeat(checkpoint):
+    # Trees are judged on the host path, on CUDA tensors here: greedy trees give the plain engine's
+    # tokens (float32, so that no bf16 near tie parts a verify from a decode), and a seeded sampled
+    # tree (bf16, the kernels) repeats itself and frees every page.
+    def cuda_engine(dtype, **spec):
+        return Engine(EngineArgs(model=str(checkpoint("deepseek_v32")), device="cuda", dtype=dtype, page_size=16,
+                                 num_kv_pages=512, **spec))
+
+    tree = dict(speculative_algorithm="eagle", speculative_num_steps=3, speculative_eagle_topk=2)
+    requests = {f"r{i}": (p, GREEDY) for i, p in enumerate(PROMPTS)}
+    assert run_all(cuda_engine("float32", **tree), requests) == run_all(cuda_engine("float32"), requests)
+    sampled = SamplingParams(max_tokens=32, temperature=0.8, top_p=0.95, seed=7, ignore_eos=True)
+    runs = []
+    for _ in range(2):
+        e = cuda_engine("bfloat16", **tree)
+        runs.append(run_all(e, {f"s{i}": (p, sampled) for i, p in enumerate(PROMPTS[:4])}))
+        assert e.scheduler.pages.num_available == e.num_kv_pages
+    assert runs[0] == runs[1] and all(len(tokens) == 32 for tokens in runs[0].values())
 
 
 def test_tree_drafts_take_token_budget_and_pages(checkpoint):

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 from dsa_backend.config import ModelConfig
 from dsa_backend.tools.make_checkpoint import make_config, write_checkpoint
 from dsa_backend.weights import (WeightError, checkpoint_tensor_shapes, dequantize_fp8_block, load_weights,
-                                 quantize_fp8_block)
+                                 mtp_checkpoint_tensors, quantize_fp8_block)
 
 
 def edit_checkpoint(src, dst, edit):
@@ -49,18 +49,37 @@ def test_sharded_checkpoint_loads_with_mtp_layer_and_stacked_experts(checkpoint)
     c = config
     assert state["model.layers.1.mlp.experts.w13"].shape == (c.n_routed_experts, 2 * c.moe_intermediate_size,
                                                               c.hidden_size)
-    assert "mtp.0.eh_proj.weight" in state and "mtp.0.decoder.self_attn.indexer.wq_b.weight" in state
+    assert "mtp.0.eh_proj.weight" in state and "mtp.0.decoder.self_attn.indexer.k_norm.weight" in state
     raw = load_file(d / "model-00001-of-00002.safetensors") | load_file(d / "model-00002-of-00002.safetensors")
     gate = raw["model.layers.1.mlp.experts.3.gate_proj.weight"].float()
     assert torch.equal(state["model.layers.1.mlp.experts.w13"][3, : c.moe_intermediate_size], gate)
+    # the MTP layer's q_b and its indexer's wq_b, stacked by rows (one GEMM of q_lora)
+    q_b, wq_b = (raw[f"model.layers.{c.num_hidden_layers}.self_attn.{n}.weight"].float()
+                 for n in ("q_b_proj", "indexer.wq_b"))
+    assert torch.equal(state["mtp.0.decoder.self_attn.q_heads_proj.weight"], torch.cat([q_b, wq_b]))
     assert state["model.layers.1.mlp.gate.e_score_correction_bias"].dtype == torch.float32
+
+
+def test_mtp_tensors_map_back_to_their_checkpoint_names(checkpoint):
+    # tools/train_mtp writes the MTP layer back: stacked experts and projections split again
+    d = checkpoint("glm_moe_dsa")
+    c = ModelConfig.from_pretrained(d)
+    state, _ = load_weights(d, c, torch.float32)
+    raw = load_file(d / "model-00001-of-00002.safetensors") | load_file(d / "model-00002-of-00002.safetensors")
+    back = mtp_checkpoint_tensors(state, c)
+    mtp = f"model.layers.{c.num_hidden_layers}."
+    assert {mtp + "self_attn.q_a_proj.weight", mtp + "self_attn.indexer.wk.weight",
+            mtp + "self_attn.kv_a_proj_with_mqa.weight", mtp + "self_attn.indexer.wq_b.weight"} <= back.keys()
+    assert back.keys() == {n for n in raw if n.startswith(mtp)} - {mtp + "embed_tokens.weight",
+                                                                     mtp + "shared_head.head.weight"}
+    assert all(torch.equal(back[n], raw[n].float()) for n in back)
 
 
 def test_fp8_checkpoint_is_dequantized_at_load(checkpoint):
     d = checkpoint("deepseek_v32_fp8")
     config = ModelConfig.from_pretrained(d)
     raw = load_file(d / "model-00001-of-00002.safetensors") | load_file(d / "model-00002-of-00002.safetensors")
-    name = "model.layers.0.self_attn.q_b_proj.weight"
+    name = "model.layers.0.self_attn.o_proj.weight"
     assert raw[name].dtype == torch.float8_e4m3fn
     state, _ = load_weights(d, config, torch.float32)
     expected = dequantize_fp8_block(raw[name], raw[name + "_scale_inv"], (128, 128))

@@ -12,15 +12,16 @@ SCALE_SUFFIX = "_scale_inv"  # the checkpoints' name for a weight's block scales
 
 
 class Fp8Linear(nn.Module):
-    """y = x @ W.T with W [out, in] in e4m3 and one float32 scale a 128 x 128 block; x is
+    """y = x @ W.T with W [out, in] in e4m3 and one float32 scale a 128 x 128 block (or a 1 x 128
+    block: `scale_rows` = out, for stacked layers whose parts do not end on a block); x is
     quantized a 1 x 128 group at a time on the way in, y comes out in x's dtype."""
 
-    def __init__(self, in_features: int, out_features: int):
+    def __init__(self, in_features: int, out_features: int, scale_rows: int | None = None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=FP8), requires_grad=False)
         self.weight_scale_inv = nn.Parameter(
-            torch.empty(-(-out_features // 128), -(-in_features // 128)), requires_grad=False)
+            torch.empty(scale_rows or -(-out_features // 128), -(-in_features // 128)), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = dsa_kernels.fp8_linear(x.reshape(-1, self.in_features), self.weight, self.weight_scale_inv)
@@ -39,7 +40,8 @@ def expect_fp8_weights(model: nn.Module, state: dict[str, torch.Tensor]) -> None
         if isinstance(owner, nn.Linear) and weight == "weight" and owner.bias is None:
             parent_name, _, child = owner_name.rpartition(".")
             with torch.device("meta"):
-                setattr(model.get_submodule(parent_name), child, Fp8Linear(owner.in_features, owner.out_features))
+                fp8 = Fp8Linear(owner.in_features, owner.out_features, scale_rows=state[name].shape[0])
+                setattr(model.get_submodule(parent_name), child, fp8)
         elif scale in owner._parameters:  # declared (as None) by the module, e.g. Experts
             placeholder = torch.empty(state[name].shape, device="meta")
             owner.register_parameter(scale, nn.Parameter(placeholder, requires_grad=False))

@@ -19,8 +19,7 @@ class Indexer(nn.Module):
         super().__init__()
         self.c = c
         self.layer_id = layer_id
-        self.wq_b = nn.Linear(c.q_lora_rank, c.index_n_heads * c.index_head_dim, bias=False)
-        self.wk = nn.Linear(c.hidden_size, c.index_head_dim, bias=False)
+        # Its wq_b and wk run stacked with the attention's projections of the same input (mla.py).
         self.k_norm = nn.LayerNorm(c.index_head_dim, eps=1e-6)
         self.weights_proj = nn.Linear(c.hidden_size, c.index_n_heads, bias=False)
         self.softmax_scale = c.index_head_dim**-0.5
@@ -32,12 +31,13 @@ class Indexer(nn.Module):
             self._hadamard[key] = hadamard_matrix(self.c.index_head_dim).to(like.device, like.dtype)
         return self._hadamard[key]
 
-    def forward(self, x: torch.Tensor, q_lora: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    def forward(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 batch: ForwardBatch, cache: KVCache, backend) -> torch.Tensor:
-        """x [T, hidden], q_lora [T, q_lora_rank] -> top-k positions [T, index_topk] int32."""
+        """x [T, hidden], q = wq_b(q_lora) [T, heads * head_dim], k = wk(x) [T, head_dim] ->
+        top-k positions [T, index_topk] int32."""
         c = self.c
-        q = self.wq_b(q_lora).view(-1, c.index_n_heads, c.index_head_dim)
-        k = self.k_norm(self.wk(x))
+        q = q.view(-1, c.index_n_heads, c.index_head_dim)
+        k = self.k_norm(k)
         r = c.qk_rope_head_dim
         q = dsa_kernels.rope(q, cos, sin, c.indexer_rope_interleaved, rotary_dim=r)
         k = dsa_kernels.rope(k, cos, sin, c.indexer_rope_interleaved, rotary_dim=r)
