@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dsa_backend.transfer import to_device
+from dsa_backend.transfer import fields_to_device, to_device
 
 
 class ForwardMode(enum.Enum):
@@ -162,12 +162,9 @@ class ForwardBatch:
             tree = TreeVisibility(to_device(torch.tensor(bases), device), to_device(padded, device))
         # Two host-to-device copies, one a dtype, each field a view of one: a copy costs more
         # host time than the Python that fills it. Neither waits for the GPU (transfer.py).
-        tokens = len(positions)
-        longs = to_device(torch.tensor([t for ids in input_ids for t in ids] + positions + slots + rows,
-                                       dtype=torch.long), device).split([tokens, tokens, tokens, len(rows)])
+        longs = fields_to_device([[t for ids in input_ids for t in ids], positions, slots, rows], torch.long, device)
         table = [page for pages in page_tables for page in pages + [0] * (width - len(pages))]
-        ints = to_device(torch.tensor(seq + extend + table, dtype=torch.int32), device).split(
-            [len(seq), len(seq), len(table)])
+        ints = fields_to_device([seq, extend, table], torch.int32, device)
         return cls(mode=mode, input_ids=longs[0], positions=longs[1], out_cache_loc=longs[2], seq_lens=ints[0],
                    extend_lens=ints[1], seq_lens_cpu=seq, extend_lens_cpu=extend,
                    block_table=ints[2].view(len(seq), width), page_size=page_size, logits_rows=longs[3], tree=tree)

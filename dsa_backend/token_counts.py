@@ -18,11 +18,10 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from dsa_backend.sequence import with_pending_tokens
-from dsa_backend.transfer import to_device
+from dsa_backend.transfer import fields_to_device
 
 
 @dataclass
@@ -88,8 +87,8 @@ class TokenCounts:
                 extra_at += [i] * len(extra)
                 extra_tokens += extra
         (resets, prompt_at, prompt_tokens, new_at, new_tokens, row_slots, extra_at,
-         extra_tokens) = _on_device(self.in_prompt.device, resets, prompt_at, prompt_tokens, new_at,
-                                    new_tokens, row_slots, extra_at, extra_tokens)
+         extra_tokens) = fields_to_device([resets, prompt_at, prompt_tokens, new_at, new_tokens, row_slots, extra_at,
+                                           extra_tokens], torch.long, self.in_prompt.device)
         if len(resets):
             self.in_prompt[resets] = False
             self.output_counts[resets] = 0
@@ -119,9 +118,3 @@ def _count(counts: torch.Tensor, rows: torch.Tensor, tokens: torch.Tensor,
     counts.view(-1).index_add_(0, rows * counts.shape[1] + tokens,
                                torch.ones(tokens.shape, dtype=counts.dtype, device=counts.device))
 
-
-def _on_device(device: torch.device, *lists: list[int]) -> list[torch.Tensor]:
-    """Int lists as int64 tensors on `device`, in one copy."""
-    sizes = [len(values) for values in lists]
-    packed = np.fromiter((v for values in lists for v in values), dtype=np.int64, count=sum(sizes))
-    return list(to_device(torch.from_numpy(packed), device).split(sizes))

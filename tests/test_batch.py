@@ -25,6 +25,19 @@ def test_shorter_page_lists_are_padded_and_only_last_tokens_give_logits_by_defau
     assert batch.logits_rows.tolist() == [2, 3]
 
 
+@pytest.mark.parametrize("requests", [1, 3, 5])
+def test_every_field_starts_on_a_16_byte_boundary(requests):
+    # Triton specializes pointers on 16-byte alignment: a field's offset in its packed copy must
+    # not follow the batch size, or a kernel compiles again for odd batch sizes (transfer.py)
+    batch = ForwardBatch.build(ForwardMode.TARGET_VERIFY, [[1, 2, 3]] * requests, [5] * requests,
+                               [[7, 2, 9]] * requests, 4, all_logits=True)
+    fields = {name: getattr(batch, name) for name in ("input_ids", "positions", "out_cache_loc", "logits_rows",
+                                                       "seq_lens", "extend_lens", "block_table")}
+    assert {name: t.data_ptr() % 16 for name, t in fields.items()} == dict.fromkeys(fields, 0)
+    assert batch.block_table.tolist() == [[7, 2, 9]] * requests and batch.extend_lens.tolist() == [3] * requests
+    assert batch.logits_rows.tolist() == list(range(3 * requests))
+
+
 def test_a_draft_tree_puts_each_node_in_its_own_slot_at_its_depths_position():
     # root, two children of the root, a grandchild under node 2
     tree = TreeLayout(((0,), (0, 1), (0, 2), (0, 2, 3)))
