@@ -3,9 +3,12 @@ experts, and the engine's fp8_weights setting. On the CPU the GEMMs run on the r
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from checkpoints import random_prompts
 from dsa_backend import LLM, SamplingParams
@@ -55,6 +58,32 @@ def test_stacked_projections_dequantize_to_their_parts(checkpoint, name, layer):
         for (part, _), got in zip(parts, full.split([rows for _, rows in parts])):
             w = ckpt_prefix + part + ".weight"
             assert torch.equal(got, dequantize_fp8_block(raw[w], raw[w + "_scale_inv"], (128, 128)))
+
+
+def test_a_stack_with_an_unquantized_part_is_dequantized_whole(checkpoint, tmp_path):
+    # a checkpoint whose indexer wk comes in bf16: qkv_a cannot be e4m3, so all of it is in dtype
+    d = checkpoint("deepseek_v32_fp8")
+    shutil.copytree(d, tmp_path / "mixed")
+    name = "model.layers.1.self_attn.indexer.wk.weight"
+    shard = next(p for p in (tmp_path / "mixed").glob("*.safetensors") if name in load_file(p))
+    tensors = load_file(shard)
+    tensors[name] = dequantize_fp8_block(tensors[name], tensors.pop(name + "_scale_inv"), (128, 128)).bfloat16()
+    save_file(tensors, str(shard), metadata={"format": "pt"})
+    index_path = tmp_path / "mixed" / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    del index["weight_map"][name + "_scale_inv"]
+    index_path.write_text(json.dumps(index))
+    c = ModelConfig.from_pretrained(d)
+    raw = _raw(d)
+    state, _ = load_weights(tmp_path / "mixed", c, torch.float32, keep_fp8=True)
+    stacked = state["model.layers.1.self_attn.qkv_a_proj.weight"]
+    assert stacked.dtype == torch.float32 and "model.layers.1.self_attn.qkv_a_proj.weight_scale_inv" not in state
+    parts = [dequantize_fp8_block(raw[f"model.layers.1.self_attn.{p}.weight"],
+                                  raw[f"model.layers.1.self_attn.{p}.weight_scale_inv"], (128, 128))
+             for p in ("q_a_proj", "indexer.wk", "kv_a_proj_with_mqa")]
+    parts[1] = parts[1].bfloat16().float()
+    assert torch.equal(stacked, torch.cat(parts))
+    assert state["model.layers.1.self_attn.q_heads_proj.weight"].dtype == FP8  # the other stack stays e4m3
 
 
 def test_kv_b_proj_is_dequantized_even_when_the_rest_stays_fp8(checkpoint):
