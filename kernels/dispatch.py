@@ -417,17 +417,23 @@ def rms_norm(x, weight, eps: float, *, backend: str = "auto"):
     return triton_rms_norm(x, weight, eps)
 
 
-def rope(x, cos, sin, interleaved: bool, rotary_dim: int | None = None, *, backend: str = "auto"):
-    """x [T, D] or [T, H, D] with its first rotary_dim dims rotated (reference.rope_ref), in one
-    kernel for bf16 on a GPU where the rotated half and the rest are powers of two."""
+def rope(x, cos, sin, interleaved: bool, rotary_dim: int | None = None, *, prefix=None, backend: str = "auto"):
+    """x [T, D] or [T, H, D] with its first rotary_dim dims rotated (reference.rope_ref), behind
+    prefix [T, H, P] in each row when given (the absorbed MLA query: [q_latent | rope(q_rope)]), in
+    one kernel for bf16 on a GPU where the rotated half, the rest and the prefix are powers of two."""
     half, rest = (rotary_dim or x.shape[-1]) // 2, x.shape[-1] - (rotary_dim or x.shape[-1])
     shapes_fit = (x.dim() in (2, 3) and x.stride(-1) == 1 and half > 0 and next_power_of_2(half) == half
                   and (rest == 0 or next_power_of_2(rest) == rest))
+    if prefix is not None:
+        p = prefix.shape[-1]
+        shapes_fit = (shapes_fit and x.dim() == 3 and prefix.stride(-1) == 1 and prefix.dtype == x.dtype
+                      and next_power_of_2(p) == p)
     if not (_fused_bf16(x, backend) and shapes_fit):
-        return ref.rope_ref(x, cos, sin, interleaved, rotary_dim)
+        rotated = ref.rope_ref(x, cos, sin, interleaved, rotary_dim)
+        return rotated if prefix is None else torch.cat([prefix, rotated], dim=-1)
     from .norm_rope import rope as triton_rope
 
-    return triton_rope(x, cos, sin, interleaved, rotary_dim)
+    return triton_rope(x, cos, sin, interleaved, rotary_dim, prefix)
 
 
 # ---------------------------------------------------------------- the MoE router

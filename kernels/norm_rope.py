@@ -43,15 +43,20 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return out.view(x.shape)
 
 
-@triton.jit(do_not_specialize=["num_heads"])
-def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, num_heads, stride_xt, stride_xh, stride_ct,
-                 D: tl.constexpr, HALF: tl.constexpr, REST: tl.constexpr, INTERLEAVED: tl.constexpr,
-                 BLOCK_H: tl.constexpr):
+@triton.jit(do_not_specialize=["num_heads", "stride_pt", "stride_ph"])
+def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, prefix_ptr, num_heads, stride_xt, stride_xh, stride_ct,
+                 stride_pt, stride_ph, D: tl.constexpr, HALF: tl.constexpr, REST: tl.constexpr,
+                 INTERLEAVED: tl.constexpr, PREFIX: tl.constexpr, BLOCK_H: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     i = tl.arange(0, HALF)
     ok = h < num_heads
     row = x_ptr + t * stride_xt + h[:, None].to(tl.int64) * stride_xh
+    out_row = out_ptr + (t * num_heads + h[:, None].to(tl.int64)) * (PREFIX + D)
+    if PREFIX > 0:  # copied in front of the rotated row
+        j = tl.arange(0, PREFIX)
+        prefix = prefix_ptr + t * stride_pt + h[:, None].to(tl.int64) * stride_ph + j[None, :]
+        tl.store(out_row + j[None, :], tl.load(prefix, mask=ok[:, None]), mask=ok[:, None])
     if INTERLEAVED:
         first, second = 2 * i, 2 * i + 1
     else:
@@ -63,7 +68,7 @@ def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, num_heads, stride_xt, stride_
     s = _to_bf16(tl.load(sin_ptr + t * stride_ct + i)).to(tl.float32)[None, :]
     r1 = _to_bf16(_to_bf16(x1 * c).to(tl.float32) - _to_bf16(x2 * s).to(tl.float32))
     r2 = _to_bf16(_to_bf16(x2 * c).to(tl.float32) + _to_bf16(x1 * s).to(tl.float32))
-    out = out_ptr + (t * num_heads + h[:, None].to(tl.int64)) * D
+    out = out_row + PREFIX
     tl.store(out + i[None, :], r1, mask=ok[:, None])
     tl.store(out + HALF + i[None, :], r2, mask=ok[:, None])
     if REST > 0:  # the dims past the rotated ones, copied
@@ -72,20 +77,24 @@ def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, num_heads, stride_xt, stride_
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool,
-         rotary_dim: int | None = None) -> torch.Tensor:
+         rotary_dim: int | None = None, prefix: torch.Tensor | None = None) -> torch.Tensor:
     """x [T, D] or [T, H, D] bf16 (strided; the last dim contiguous) with its first rotary_dim
     dims (all by default) rotated by cos / sin [T, rotary_dim / 2] float32, the rest copied; a
     new contiguous tensor. Rotated pairs come out as in the reference: interleaved pairs
     (x0, x1), (x2, x3).. de-interleaved (rotated evens, then rotated odds), half-split pairs
-    (x_i, x_i+R/2) in place."""
+    (x_i, x_i+R/2) in place. prefix [T, H, P] (strided, the last dim contiguous), when given,
+    comes first in each output row: [prefix | rope(x)], the absorbed MLA query without a cat."""
     d = x.shape[-1]
     r = rotary_dim or d
     view = x if x.dim() == 3 else x.unsqueeze(1)
     t, heads = view.shape[:2]
-    out = torch.empty((t, heads, d), dtype=x.dtype, device=x.device)
+    p = 0 if prefix is None else prefix.shape[-1]
+    out = torch.empty((t, heads, p + d), dtype=x.dtype, device=x.device)
     block_h = min(16, next_power_of_2(heads))
+    pre = view if prefix is None else prefix
     if t:
-        _rope_kernel[(t, cdiv(heads, block_h))](view, cos, sin, out, heads, view.stride(0), view.stride(1),
-                                                cos.stride(0), D=d, HALF=r // 2, REST=d - r,
-                                                INTERLEAVED=interleaved, BLOCK_H=block_h, num_warps=4)
-    return out.view(x.shape)
+        _rope_kernel[(t, cdiv(heads, block_h))](view, cos, sin, out, pre, heads, view.stride(0), view.stride(1),
+                                                cos.stride(0), pre.stride(0), pre.stride(1), D=d, HALF=r // 2,
+                                                REST=d - r, INTERLEAVED=interleaved, PREFIX=p, BLOCK_H=block_h,
+                                                num_warps=4)
+    return out.view(*x.shape[:-1], p + d)

@@ -58,7 +58,6 @@ class MlaAttention(nn.Module):
         q_nope, q_rope = q.view(-1, heads, c.qk_head_dim).split([c.qk_nope_head_dim, c.qk_rope_head_dim], dim=-1)
         latent, k_rope = kv_a.split([c.kv_lora_rank, c.qk_rope_head_dim], dim=-1)
         latent = self.kv_a_layernorm(latent)
-        q_rope = dsa_kernels.rope(q_rope, cos, sin, interleaved=True)
         k_rope = dsa_kernels.rope(k_rope, cos, sin, interleaved=True)
         cache.mla.store(self.layer_id, batch.out_cache_loc, latent, k_rope)
         # index_q + index_k: the indexer's query and key projections, none in a layer without one
@@ -68,7 +67,7 @@ class MlaAttention(nn.Module):
         kv_b = self.kv_b_proj.weight.view(heads, c.qk_nope_head_dim + c.v_head_dim, c.kv_lora_rank)
         w_uk, w_uv = kv_b[:, : c.qk_nope_head_dim], kv_b[:, c.qk_nope_head_dim :]
         q_latent = torch.einsum("thd,hdc->thc", q_nope, w_uk)
-        out_latent = backend.sparse_mla(torch.cat([q_latent, q_rope], dim=-1), cache.mla, self.layer_id, batch,
-                                        topk, c.softmax_scale)
+        q_absorbed = dsa_kernels.rope(q_rope, cos, sin, interleaved=True, prefix=q_latent)  # [q_latent | rope]
+        out_latent = backend.sparse_mla(q_absorbed, cache.mla, self.layer_id, batch, topk, c.softmax_scale)
         out = torch.einsum("thc,hvc->thv", out_latent, w_uv)
         return self.o_proj(out.reshape(-1, heads * c.v_head_dim)), topk

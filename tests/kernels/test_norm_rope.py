@@ -47,6 +47,21 @@ def test_rope_equals_the_reference_bit_for_bit(interleaved, shape, rotary_dim):
     assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("heads", [16, 20])
+def test_rope_behind_a_prefix_is_the_absorbed_query_bit_for_bit(heads):
+    # MLA's [q_latent | rope(q_rope)]: the latent part a head-major GEMM's output seen token-major
+    g = torch.Generator().manual_seed(heads)
+    t = 3
+    latent = torch.randn(heads, t, 64, generator=g).to(torch.bfloat16).transpose(0, 1)
+    x = (torch.randn(t, heads, 48, generator=g) * 4).to(torch.bfloat16)[..., 16:]
+    angles = torch.arange(t, dtype=torch.float32)[:, None] * torch.rand(16, generator=g)
+    cos, sin = angles.cos(), angles.sin()
+    got = norm_rope.rope(x, cos, sin, True, prefix=latent)
+    assert got.shape == (t, heads, 96) and got.is_contiguous()
+    assert torch.equal(got, torch.cat([latent, reference.rope_ref(x, cos, sin, True)], dim=-1))
+    assert torch.equal(dsa_kernels.rope(x, cos, sin, True, prefix=latent), got)  # the reference off the GPU
+
+
 def test_dispatch_runs_the_reference_off_the_gpu_and_for_other_dtypes():
     x = torch.randn(4, 2, 64)
     cos, sin = torch.rand(4, 32), torch.rand(4, 32)
@@ -73,3 +88,6 @@ def test_compiled_kernels_match_the_references_at_the_models_shapes():
         assert torch.equal(dsa_kernels.rope(q, cos, sin, interleaved), reference.rope_ref(q, cos, sin, interleaved))
         assert torch.equal(dsa_kernels.rope(k, cos, sin, interleaved, rotary_dim=64),
                            reference.rope_ref(k, cos, sin, interleaved, rotary_dim=64))
+    latent = torch.randn(128, 33, 512, device="cuda", generator=g).to(torch.bfloat16).transpose(0, 1)
+    assert torch.equal(dsa_kernels.rope(q, cos, sin, True, prefix=latent),
+                       torch.cat([latent, reference.rope_ref(q, cos, sin, True)], dim=-1))
