@@ -32,6 +32,7 @@ from dsa_backend.cache import KVCache, pages_needed
 from dsa_backend.config import ModelConfig
 from dsa_backend.models.fp8_linear import Fp8Linear
 from dsa_backend.models.moe import Experts
+from dsa_kernels.dispatch import DEEPGEMM_GROUPED_PAIRS
 from dsa_kernels.fp8_gemm import grouped_tiles, launch_config
 
 logger = logging.getLogger(__name__)
@@ -149,7 +150,8 @@ def fp8_linear_rows(n: int, k: int, max_rows: int, device: torch.device) -> list
 @torch.no_grad()
 def warm_up_fp8_gemms(model: torch.nn.Module, max_rows: int, experts_per_token: int) -> int:
     """Run each FP8 weight shape of the model over every launch a step of up to max_rows tokens
-    can take (fp8_linear_rows; the routed experts at each tile of their runs' mean length);
+    can take (fp8_linear_rows; the routed experts at each tile of their runs' mean length, and
+    over the prefill ladder where DeepGEMM takes them);
     returns the number of calls."""
     calls, seen = 0, set()
     for module in model.modules():
@@ -165,9 +167,11 @@ def warm_up_fp8_gemms(model: torch.nn.Module, max_rows: int, experts_per_token: 
                 calls += 1
         elif isinstance(module, Experts) and module.w13_scale_inv is not None:
             groups, hidden = module.w13.shape[0], module.w13.shape[2]
-            # k distinct experts a token, every expert's run of about the same length
+            # k distinct experts a token, every expert's run of about the same length; from
+            # DEEPGEMM_GROUPED_PAIRS pairs its choices follow the rows, as for the dense layers
             tokens_for = {grouped_tiles(t * experts_per_token, groups): t for t in range(max_rows, 0, -1)}
-            for tokens in sorted(tokens_for.values()):
+            on_deepgemm = {t for t in prefill_ladder(max_rows) if t * experts_per_token >= DEEPGEMM_GROUPED_PAIRS}
+            for tokens in sorted(set(tokens_for.values()) | on_deepgemm):
                 ids = (torch.arange(tokens * experts_per_token, device=module.w13.device) % groups).view(tokens, -1)
                 x = torch.randn(tokens, hidden, device=ids.device, dtype=model.model.embed_tokens.weight.dtype)
                 module(x, ids, torch.ones(ids.shape, device=ids.device))

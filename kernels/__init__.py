@@ -4,6 +4,7 @@ here; `dsa_kernels.reference` holds the oracles and the score/top-k conventions.
 
 from .dispatch import (
     available_backends,
+    expert_alignment,
     expert_runs,
     fp8_grouped_linear,
     fp8_linear,
@@ -13,15 +14,18 @@ from .dispatch import (
     rms_norm,
     rope,
     route,
+    silu_mul_quantize,
     sparse_mla_decode,
     sparse_mla_prefill,
     store_index_keys,
     store_mla_kv,
+    sum_pairs,
     topk_transform,
 )
 
 __all__ = [
     "available_backends",
+    "expert_alignment",
     "expert_runs",
     "fp8_grouped_linear",
     "fp8_linear",
@@ -31,9 +35,11 @@ __all__ = [
     "rms_norm",
     "rope",
     "route",
+    "silu_mul_quantize",
     "sparse_mla_decode",
     "sparse_mla_prefill",
     "store_index_keys",
     "store_mla_kv",
+    "sum_pairs",
     "topk_transform",
 ]

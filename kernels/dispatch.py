@@ -466,6 +466,17 @@ def expert_runs(expert_of_pair, num_experts: int, *, backend: str = "auto"):
     return moe_runs.expert_runs(expert_of_pair, num_experts)
 
 
+def sum_pairs(y, row_of_pair, k: int, *, backend: str = "auto"):
+    """The routed experts' outputs y [R, H] back by token: token t's k pair rows
+    (row_of_pair[t * k + s]) summed in float32, in y's dtype; reference.sum_pairs_ref, one kernel
+    on a GPU."""
+    if _choose(y, backend, None) == "reference":
+        return ref.sum_pairs_ref(y, row_of_pair, k)
+    from .moe_runs import sum_pairs as triton_sum_pairs
+
+    return triton_sum_pairs(y, row_of_pair, k)
+
+
 # ---------------------------------------------------------------- block-scaled FP8 GEMMs
 
 
@@ -476,6 +487,16 @@ def quantize_act(x, *, backend: str = "auto"):
     from .fp8_gemm import quantize_act as triton_quantize
 
     return triton_quantize(x)
+
+
+def silu_mul_quantize(h, row_weight=None, *, backend: str = "auto"):
+    """h [M, 2I] (gate then up) -> quantize_act(silu(gate) * up, times row_weight [M] float32 if
+    given): the MLPs' activation, ready for their FP8 down projection, in one pass on a GPU."""
+    if _choose(h, backend, None, fp8=True) == "reference":
+        return ref.silu_mul_quantize_ref(h, row_weight)
+    from .fp8_gemm import silu_mul_quantize as triton_silu_mul_quantize
+
+    return triton_silu_mul_quantize(h, row_weight)
 
 
 # From this many rows DeepGEMM's FP8 GEMM is ahead of ours (H100, 2026-11-28: 1.3-2.2x at 256
@@ -519,11 +540,62 @@ def _deepgemm_linear(x, w, w_scale):
     return out
 
 
-def fp8_grouped_linear(a, a_scale, w, w_scale, ends, out_dtype=torch.bfloat16, *, backend: str = "auto"):
-    """Rows of a [P, K] e4m3 in runs by group (group g's rows end at ends[g], int32) times w[g]
-    ([G, N, K] e4m3, w_scale [G, N/128 or N, K/128]) transposed -> [P, N]: routed experts."""
-    if _choose(a, backend, None, fp8=True) == "reference":
-        return ref.fp8_grouped_linear_ref(a, a_scale, w, w_scale, ends).to(out_dtype)
+# From this many (token, expert) pairs DeepGEMM takes the routed experts' GEMMs (H200,
+# 2026-11-28: its M-grouped GEMM 1.1-1.2x ours at 4096 pairs, 1.5-2.2x from 8192; below, where
+# the experts' weights bound the step, ours is level or ahead and needs no padded runs;
+# docs/PERFORMANCE.md, "Routed experts on DeepGEMM's grouped GEMM").
+DEEPGEMM_GROUPED_PAIRS = 8192
+_GROUPED_KEY = ("deepgemm", "m_grouped_fp8_gemm_nt_contiguous")
+
+
+def expert_alignment(pairs: int, *weights: tuple[torch.Tensor, torch.Tensor | None], backend: str = "auto") -> int:
+    """The row multiple each expert's run must start on for the routed experts' grouped GEMMs of
+    `pairs` rows over each (w, w_scale) of `weights` (fp8_grouped_linear's `align`): DeepGEMM's
+    where "auto" gives it every one of them, else 1 (runs back to back, ours)."""
+    if not (backend == "auto" and pairs >= DEEPGEMM_GROUPED_PAIRS and all(_deepgemm_grouped(*w) for w in weights)):
+        return 1
+    return _deepgemm_alignment()
+
+
+def _deepgemm_alignment() -> int:
+    return _library("deep_gemm").get_mk_alignment_for_contiguous_layout()
+
+
+def _deepgemm_grouped(w: torch.Tensor, w_scale: torch.Tensor | None) -> bool:
+    """Whether DeepGEMM can take grouped GEMMs on w: block scales (it takes no per-row ones), SM90
+    (as for the dense layers, _deepgemm_fp8_linear), installed, not refused before, and not under
+    batch-invariant mode (its tiles follow the rows)."""
+    if w_scale is None or not w.is_cuda or w_scale.shape[-2] == w.shape[-2] or capability(w.device)[0] != 9:
+        return False
+    if _GROUPED_KEY in _REFUSED or _library("deep_gemm") is None:
+        return False
+    from .batch_invariant import enabled  # imports Triton: only asked on CUDA
+
+    return not enabled()
+
+
+def fp8_grouped_linear(a, a_scale, w, w_scale, ends, out_dtype=torch.bfloat16, align: int = 1, *,
+                       backend: str = "auto"):
+    """Rows of a [R, K] e4m3 in runs by group times w[g] ([G, N, K] e4m3, w_scale [G, N/128 or N,
+    K/128]) transposed -> [R, N]: routed experts. Group g's rows end at ends[g] (int32) and start
+    at the previous end rounded up to a multiple of align; rows in no run are left undefined.
+    DeepGEMM takes runs laid out at its alignment (expert_alignment gives it), ours any."""
+    choice = _choose(a, backend, "deepgemm" if align > 1 and out_dtype == torch.bfloat16 else None, fp8=True)
+    if choice == "reference":
+        return ref.fp8_grouped_linear_ref(a, a_scale, w, w_scale, ends, align).to(out_dtype)
+    if choice == "deepgemm" and (backend != "auto" or _deepgemm_grouped(w, w_scale)) and align == _deepgemm_alignment():
+        res = _try_library(backend, _GROUPED_KEY, lambda: _deepgemm_grouped_linear(a, a_scale, w, w_scale, ends))
+        if res is not None:
+            return res
     from .fp8_gemm import fp8_grouped_linear as triton_grouped
 
-    return triton_grouped(a, a_scale, w, w_scale, ends, out_dtype)
+    return triton_grouped(a, a_scale, w, w_scale, ends, out_dtype, align)
+
+
+def _deepgemm_grouped_linear(a, a_scale, w, w_scale, ends):
+    """DeepGEMM's M-grouped GEMM over runs in its "psum" layout: ends are the runs' ends, each run
+    starting at the previous end rounded up to its alignment; it schedules only the runs' blocks."""
+    out = torch.empty(a.shape[0], w.shape[1], dtype=torch.bfloat16, device=a.device)
+    _library("deep_gemm").m_grouped_fp8_gemm_nt_contiguous((a, a_scale), (w, w_scale), out, ends,
+                                                          use_psum_layout=True)
+    return out

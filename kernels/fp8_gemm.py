@@ -9,9 +9,10 @@ scale a row and one weight scale a column:
     out[m, n] = sum_kb (a_fp8[m, kb] . w_fp8[n, kb]) * a_scale[m, kb] * w_scale[n // SCALE_N, kb]
 
 One kernel serves a dense layer (one group of rows) and the routed experts (rows sorted by expert,
-group g's rows ending at ends[g], against weight g): a program takes BM rows of one group and BN
-columns. Dense layers whose tiles would not fill the GPU split K over programs that write float32
-partials, summed after (no atomics: a layer's output does not depend on the split's timing).
+group g's rows running from starts[g] to ends[g], against weight g): a program takes BM rows of
+one group and BN columns. Dense layers whose tiles would not fill the GPU split K over programs
+that write float32 partials, summed after (no atomics: a layer's output does not depend on the
+split's timing).
 The row count changes every step and only bounds a mask, so it is not specialized on
 (kernels/specialization.py).
 """
@@ -23,7 +24,7 @@ import triton
 import triton.language as tl
 
 from . import batch_invariant
-from .cache_store import _round_to_e4m3
+from .cache_store import _round_to_e4m3, _to_bf16
 from .device import num_sms
 from .host_math import cdiv
 from .triton_dot import INTERPRET, dot
@@ -31,17 +32,11 @@ from .triton_dot import INTERPRET, dot
 BLOCK = 128  # the checkpoints' quantization block: weights 128 x 128, activations 1 x 128
 
 
-@triton.jit(do_not_specialize=["M"])
-def _quantize_groups(x_ptr, q_ptr, s_ptr, M, K, stride_x, stride_q, stride_s, ROWS: tl.constexpr,
-                     BLOCK: tl.constexpr):
-    """ROWS rows' 128-wide group of x -> e4m3 values and their float32 scales, bit for bit the CPU
-    reference's (amax / 448 and the division IEEE, the rounding by hand as in the cache stores;
-    torch on the GPU multiplies by 1 / 448 instead, which may differ in the last bit)."""
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    g = tl.program_id(1)
-    k = g * BLOCK + tl.arange(0, BLOCK)
-    mask = (rows[:, None] < M) & (k[None, :] < K)
-    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_x + k[None, :], mask=mask, other=0.0).to(tl.float32)
+@triton.jit
+def _store_quantized(x, rows, k, M, mask, q_ptr, s_ptr, stride_q, stride_s, g):
+    """Float32 x [ROWS, 128], one group of each row -> e4m3 values and their float32 scales, bit
+    for bit the CPU reference's (amax / 448 and the division IEEE, the rounding by hand as in the
+    cache stores; torch on the GPU multiplies by 1 / 448 instead, which may differ in the last bit)."""
     amax = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-4)
     scale = tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
     v = tl.math.div_rn(x, scale[:, None])
@@ -50,19 +45,75 @@ def _quantize_groups(x_ptr, q_ptr, s_ptr, M, K, stride_x, stride_q, stride_s, RO
     tl.store(s_ptr + rows * stride_s + g, scale, mask=rows < M)
 
 
+@triton.jit(do_not_specialize=["M"])
+def _quantize_groups(x_ptr, q_ptr, s_ptr, M, K, stride_x, stride_q, stride_s, ROWS: tl.constexpr,
+                     BLOCK: tl.constexpr):
+    """ROWS rows' 128-wide group of x -> e4m3 values and their scales (_store_quantized)."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    g = tl.program_id(1)
+    k = g * BLOCK + tl.arange(0, BLOCK)
+    mask = (rows[:, None] < M) & (k[None, :] < K)
+    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_x + k[None, :], mask=mask, other=0.0).to(tl.float32)
+    _store_quantized(x, rows, k, M, mask, q_ptr, s_ptr, stride_q, stride_s, g)
+
+
+@triton.jit
+def _in_dtype(x, dtype: tl.constexpr):
+    """float32 x rounded to the activations' dtype (ties to even) and back: torch rounds each
+    elementwise product of bf16 tensors to bf16."""
+    if dtype == tl.bfloat16:
+        x = _to_bf16(x).to(tl.float32)
+    return x
+
+
+@triton.jit(do_not_specialize=["M"])
+def _silu_mul_quantize(h_ptr, w_ptr, q_ptr, s_ptr, M, I, stride_h, stride_q, stride_s, HAS_WEIGHT: tl.constexpr,
+                       ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    """silu(gate) * up (times the row's weight) for ROWS rows' 128-wide group -> e4m3 and scales."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    g = tl.program_id(1)
+    k = g * BLOCK + tl.arange(0, BLOCK)
+    mask = (rows[:, None] < M) & (k[None, :] < I)
+    gate_at = h_ptr + rows[:, None].to(tl.int64) * stride_h + k[None, :]
+    gate = tl.load(gate_at, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(gate_at + I, mask=mask, other=0.0).to(tl.float32)
+    dtype: tl.constexpr = h_ptr.dtype.element_ty
+    act = _in_dtype(_in_dtype(gate / (1.0 + tl.exp(-gate)), dtype) * up, dtype)
+    if HAS_WEIGHT:
+        act = _in_dtype(act * tl.load(w_ptr + rows, mask=rows < M, other=0.0)[:, None], dtype)
+    _store_quantized(act, rows, k, M, mask, q_ptr, s_ptr, stride_q, stride_s, g)
+
+
+def _quantized(m: int, k: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.empty(m, k, dtype=torch.float8_e4m3fn, device=device),
+            torch.empty(m, cdiv(k, BLOCK), dtype=torch.float32, device=device))
+
+
 def quantize_act(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] -> (e4m3 [M, K], scales [M, cdiv(K, 128)] float32), x ~ values * scale a group."""
     m, k = x.shape
-    q = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=x.device)
-    s = torch.empty(m, cdiv(k, BLOCK), dtype=torch.float32, device=x.device)
+    q, s = _quantized(m, k, x.device)
     if m:
         _quantize_groups[(cdiv(m, 16), cdiv(k, BLOCK))](x, q, s, m, k, x.stride(0), q.stride(0), s.stride(0),
                                                        ROWS=16, BLOCK=BLOCK)
     return q, s
 
 
+def silu_mul_quantize(h: torch.Tensor, row_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """h [M, 2I] (gate then up, a stacked GEMM's output) -> quantize_act(silu(gate) * up), times
+    row_weight [M] (float32) if given, rounded to h's dtype after each product as torch rounds
+    them: one pass where torch takes three products, a cast and the quantization."""
+    m, i = h.shape[0], h.shape[1] // 2
+    q, s = _quantized(m, i, h.device)
+    if m:
+        _silu_mul_quantize[(cdiv(m, 16), cdiv(i, BLOCK))](
+            h, h if row_weight is None else row_weight, q, s, m, i, h.stride(0), q.stride(0), s.stride(0),
+            HAS_WEIGHT=row_weight is not None, ROWS=16, BLOCK=BLOCK)
+    return q, s
+
+
 @triton.jit
-def _group_of_tile(tile, ends, tile_ends, num_groups, BM: tl.constexpr, LOG_GROUPS: tl.constexpr):
+def _group_of_tile(tile, starts, ends, tile_ends, num_groups, BM: tl.constexpr, LOG_GROUPS: tl.constexpr):
     """The group whose rows M tile `tile` covers (tiles are laid out group after group), the tile's
     first row and the end of the group's rows; group num_groups for a tile past the last."""
     lo = tile * 0
@@ -72,20 +123,20 @@ def _group_of_tile(tile, ends, tile_ends, num_groups, BM: tl.constexpr, LOG_GROU
         right = tl.load(tile_ends + mid, mask=mid < num_groups, other=2**30) <= tile
         lo, hi = tl.where(right, mid + 1, lo), tl.where(right, hi, mid)
     first_tile = tl.load(tile_ends + lo - 1, mask=lo > 0, other=0)
-    start = tl.load(ends + lo - 1, mask=lo > 0, other=0)
+    start = tl.load(starts + lo, mask=lo < num_groups, other=0)
     return lo, start + (tile - first_tile) * BM, tl.load(ends + lo, mask=lo < num_groups, other=0)
 
 
 @triton.jit(do_not_specialize=["M"])
 def _fp8_gemm(
-    a_ptr, as_ptr, w_ptr, ws_ptr, out_ptr, ends, tile_ends, M, N, K, num_groups,
+    a_ptr, as_ptr, w_ptr, ws_ptr, out_ptr, starts, ends, tile_ends, M, N, K, num_groups,
     stride_am, stride_asm, stride_wg, stride_wn, stride_wsg, stride_wsn, stride_os, stride_om,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SCALE_N: tl.constexpr, SPLIT_K: tl.constexpr,
     GROUPED: tl.constexpr, LOG_GROUPS: tl.constexpr, EXACT: tl.constexpr,
 ):
     tile, pid_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     if GROUPED:
-        g, first_row, row_end = _group_of_tile(tile, ends, tile_ends, num_groups, BM, LOG_GROUPS)
+        g, first_row, row_end = _group_of_tile(tile, starts, ends, tile_ends, num_groups, BM, LOG_GROUPS)
         if g >= num_groups:
             return
         rows = first_row + tl.arange(0, BM)
@@ -184,7 +235,7 @@ def fp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: t
     partials = torch.empty(split, m, n, dtype=torch.float32, device=a.device) if split > 1 else out
     if m:
         _fp8_gemm[(grid_m, grid_n, split)](
-            a, a_scale, w, w_scale, partials, a, a, m, n, k, 1,
+            a, a_scale, w, w_scale, partials, a, a, a, m, n, k, 1,
             a.stride(0), a_scale.stride(0), 0, w.stride(0), 0, w_scale.stride(0), m * n, partials.stride(-2),
             BM=bm, BN=bn, BK=BLOCK, SCALE_N=_scale_n(w, w_scale), SPLIT_K=split, GROUPED=False, LOG_GROUPS=1,
             EXACT=INTERPRET, num_warps=warps, num_stages=1 if INTERPRET else 4)
@@ -194,23 +245,31 @@ def fp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: t
 
 
 def fp8_grouped_linear(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
-                       ends: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """Rows of a [P, K] e4m3 (a_scale [P, K/128]) in runs by group: group g's rows end at ends[g]
-    (int32, nondecreasing, ends[-1] == P) and meet weight w[g] ([G, N, K] e4m3, w_scale [G, N/128
-    or N, K/128]) -> [P, N]. Reads nothing back to the host: the grid holds every tile the runs
-    could need and tiles past the last run's return at once."""
-    p, k = a.shape
+                       ends: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, align: int = 1) -> torch.Tensor:
+    """Rows of a [R, K] e4m3 (a_scale [R, K/128]) in runs by group: group g's rows run from
+    run_starts(ends, align)[g] to ends[g] (int32, nondecreasing) and meet weight w[g] ([G, N, K]
+    e4m3, w_scale [G, N/128 or N, K/128]) -> [R, N]; rows in no run are left unwritten. Reads
+    nothing back to the host: the grid holds every tile the runs could need and tiles past the
+    last run's return at once."""
+    rows, k = a.shape
     groups, n = w.shape[0], w.shape[1]
-    bm, bn, warps = grouped_tiles(p, groups)
-    starts = torch.cat([ends.new_zeros(1), ends[:-1]])
+    bm, bn, warps = grouped_tiles(rows, groups)
+    starts = run_starts(ends, align)
     tile_ends = ((ends - starts + bm - 1) // bm).cumsum(0).to(torch.int32)
-    out = torch.empty(p, n, dtype=out_dtype, device=a.device)
-    if p:
-        _fp8_gemm[(cdiv(p, bm) + groups, cdiv(n, bn), 1)](
-            a, a_scale, w, w_scale, out, ends, tile_ends, p, n, k, groups,
+    out = torch.empty(rows, n, dtype=out_dtype, device=a.device)
+    if rows:
+        _fp8_gemm[(cdiv(rows, bm) + groups, cdiv(n, bn), 1)](
+            a, a_scale, w, w_scale, out, starts, ends, tile_ends, rows, n, k, groups,
             a.stride(0), a_scale.stride(0), w.stride(0), w.stride(1), w_scale.stride(0), w_scale.stride(1),
             0, out.stride(0),
             BM=bm, BN=bn, BK=BLOCK, SCALE_N=_scale_n(w, w_scale), SPLIT_K=1, GROUPED=True,
             LOG_GROUPS=max(1, groups.bit_length()), EXACT=INTERPRET, num_warps=warps,
             num_stages=1 if INTERPRET else 4)
     return out
+
+
+def run_starts(ends: torch.Tensor, align: int) -> torch.Tensor:
+    """Where each group's rows start: the previous group's end rounded up to a multiple of align
+    (1: runs back to back; DeepGEMM's M-grouped GEMMs want 128, its "psum" layout)."""
+    previous = torch.cat([ends.new_zeros(1), ends[:-1]])
+    return (previous + align - 1) // align * align

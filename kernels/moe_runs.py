@@ -1,4 +1,5 @@
-"""The routed experts' pairs put in runs, one an expert, in one launch (reference.expert_runs_ref).
+"""The routed experts' pairs put in runs, one an expert, in one launch (reference.expert_runs_ref),
+and their outputs summed back by token in another (reference.sum_pairs_ref).
 
 PyTorch's stable sort of a decode step's (token, expert) pairs is a radix sort of several
 launches, then a search for the runs' ends. Here a pair's place is counted directly: the pairs of
@@ -15,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .cache_store import _to_bf16
 from .host_math import cdiv
 
 BLOCK = 64
@@ -47,3 +49,28 @@ def expert_runs(expert_of_pair: torch.Tensor, num_experts: int) -> tuple[torch.T
     _expert_runs_kernel[(cdiv(max(pairs, num_experts), BLOCK),)](expert_of_pair, order, ends, pairs, num_experts,
                                                                   BLOCK=BLOCK, num_warps=4)
     return order, ends
+
+
+@triton.jit
+def _sum_pairs_kernel(y_ptr, row_ptr, out_ptr, H, stride_y, stride_out, K: tl.constexpr, BLOCK: tl.constexpr):
+    token = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for slot in tl.static_range(K):
+        row = tl.load(row_ptr + token * K + slot).to(tl.int64)
+        acc += tl.load(y_ptr + row * stride_y + cols, mask=cols < H, other=0.0).to(tl.float32)
+    if out_ptr.dtype.element_ty == tl.bfloat16:
+        acc = _to_bf16(acc)  # ties to even on the interpreter too
+    tl.store(out_ptr + token * stride_out + cols, acc, mask=cols < H)
+
+
+def sum_pairs(y: torch.Tensor, row_of_pair: torch.Tensor, k: int) -> torch.Tensor:
+    """`sum_pairs_ref`: each token's k rows of y (pair t * k + s at row row_of_pair[t * k + s])
+    summed in float32, in slot order, one read of each row: the gather, the sum and the cast
+    torch would take as three passes."""
+    tokens, width = row_of_pair.shape[0] // k, y.shape[1]
+    out = torch.empty(tokens, width, dtype=y.dtype, device=y.device)
+    if tokens:
+        _sum_pairs_kernel[(tokens, cdiv(width, 1024))](y, row_of_pair, out, width, y.stride(0), out.stride(0),
+                                                       K=k, BLOCK=1024, num_warps=4)
+    return out

@@ -295,6 +295,15 @@ def quantize_act_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return values[:, :k].contiguous(), scale
 
 
+def silu_mul_quantize_ref(h: torch.Tensor, row_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """h [M, 2I] (gate then up) -> quantize_act_ref of silu(gate) * up (times row_weight [M]), in h's dtype."""
+    gate, up = h.chunk(2, dim=-1)
+    act = torch.nn.functional.silu(gate) * up
+    if row_weight is not None:
+        act = (act * row_weight[:, None]).to(h.dtype)
+    return quantize_act_ref(act)
+
+
 def dequantize_weight_ref(w: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
     """w [..., N, K] e4m3 with w_scale [..., N/128 or N, K/128] (blocks, or per-row scales) -> float32."""
     n, k = w.shape[-2:]
@@ -310,14 +319,16 @@ def fp8_linear_ref(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_sc
 
 
 def fp8_grouped_linear_ref(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
-                           ends: torch.Tensor) -> torch.Tensor:
-    """Rows of a in runs by group (group g's end at ends[g]) against w[g], float32 [P, N]."""
+                           ends: torch.Tensor, align: int = 1) -> torch.Tensor:
+    """Rows of a in runs by group against w[g], float32 [R, N]: group g's rows end at ends[g] and
+    start at the previous end rounded up to a multiple of align; rows in no run are zeros."""
     out = torch.zeros(a.shape[0], w.shape[1], dtype=torch.float32, device=a.device)
-    start = 0
+    previous = 0
     for g, end in enumerate(ends.tolist()):
+        start = -(-previous // align) * align
         if end > start:
             out[start:end] = fp8_linear_ref(a[start:end], a_scale[start:end], w[g], w_scale[g])
-        start = end
+        previous = end
     return out
 
 
@@ -377,6 +388,12 @@ def route_ref(logits: torch.Tensor, bias: torch.Tensor, n_group: int, topk_group
     if renormalize:
         weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
     return weights * scaling, ids
+
+
+def sum_pairs_ref(y: torch.Tensor, row_of_pair: torch.Tensor, k: int) -> torch.Tensor:
+    """Each token's k pair outputs (pair t * k + s at row row_of_pair[t * k + s] of y) summed in
+    float32, in y's dtype: the routed experts' outputs back by token."""
+    return y[row_of_pair].view(-1, k, y.shape[1]).sum(1, dtype=torch.float32).to(y.dtype)
 
 
 def expert_runs_ref(expert_of_pair: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor]:

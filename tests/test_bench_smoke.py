@@ -1,6 +1,6 @@
 """benchmarks/bench_kernels.py at its --smoke sizes on the CPU (Triton's interpreter): every section
-runs to the end and every correctness check it makes passes; bench_engine.py and
-bench_prefix_cache.py on a tiny checkpoint.
+runs to the end and every correctness check it makes passes; bench_engine.py,
+bench_prefix_cache.py and bench_prefill.py on a tiny checkpoint.
 Device time is scarce; a benchmark that breaks there (a KeyError, a None where a CUDA-graph time
 would be) costs a whole call."""
 
@@ -80,3 +80,16 @@ def test_the_prefix_cache_benchmark_finds_the_prefix_only_when_on(tmp_path, chec
     # pages of 64: the prefix's two whole pages, for the request alone and each of the batch's two
     assert [(r["mode"], r["cached_tokens"]) for r in res["runs"]] == [("off", 0), ("on", 3 * 128)]
     assert res["on_over_off"]["batch_done_ms"] > 0
+
+
+def test_the_prefill_benchmark_times_every_round(tmp_path, checkpoint):
+    script = SCRIPT.parent / "bench_prefill.py"
+    out = tmp_path / "prefill.json"
+    run = subprocess.run([sys.executable, str(script), "--model", str(checkpoint("deepseek_v32_fp8")), "--device", "cpu",
+                          "--prompt-len", "150", "--batch", "2", "--rounds", "2", "--max-num-batched-tokens", "128",
+                          "--kv-cache-dtype", "auto", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert len(res["rounds_s"]) == 2 and all(s > 0 for s in res["rounds_s"])
+    assert res["prompt_tokens_per_s"] == round(2 * 150 / res["median_s"])

@@ -191,8 +191,8 @@ def test_fp8_warm_up_runs_each_weight_shape_over_its_rows_and_the_experts_over_e
     linear, grouped_linear = dsa_kernels.fp8_linear, dsa_kernels.fp8_grouped_linear
     monkeypatch.setattr(dsa_kernels, "fp8_linear", lambda x, w, s: dense.append((tuple(w.shape), x.shape[0]))
                         or linear(x, w, s))
-    monkeypatch.setattr(dsa_kernels, "fp8_grouped_linear", lambda a, s, w, ws, ends, dtype: grouped.append(
-        fp8_gemm.grouped_tiles(a.shape[0], w.shape[0])) or grouped_linear(a, s, w, ws, ends, dtype))
+    monkeypatch.setattr(dsa_kernels, "fp8_grouped_linear", lambda a, s, w, ws, ends, dtype, align: grouped.append(
+        fp8_gemm.grouped_tiles(a.shape[0], w.shape[0])) or grouped_linear(a, s, w, ws, ends, dtype, align))
     calls = warmup.warm_up_fp8_gemms(model, max_rows=40, experts_per_token=2)
     shapes = {(m.out_features, m.in_features) for m in model.modules() if isinstance(m, Fp8Linear)}
     assert {shape for shape, _ in dense} == shapes

@@ -34,6 +34,27 @@ def test_activation_quantization_is_bit_exact(m, k):
     assert torch.equal(scales, want_scales)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_silu_mul_quantize_is_the_activation_then_its_quantization(dtype, weighted):
+    # 37 rows (not a multiple of the 16 a program), I = 300 (a ragged last group)
+    g = torch.Generator().manual_seed(3)
+    h = (torch.randn(37, 600, generator=g) * 3).to(dtype)
+    row_weight = torch.rand(37, generator=g) * 2 if weighted else None
+    q, s = fp8_gemm.silu_mul_quantize(h, row_weight)
+    want_q, want_s = reference.silu_mul_quantize_ref(h, row_weight)
+    assert q.shape == (37, 300) and s.shape == (37, 3)
+    if dtype == torch.bfloat16:  # rounded to bf16 after each product, as torch does
+        assert torch.equal(_bits(q), _bits(want_q)) and torch.equal(s, want_s)
+    else:  # exp's last bit (numpy's against torch's) is not rounded away
+        assert (_bits(q) != _bits(want_q)).float().mean() < 1e-3
+        torch.testing.assert_close(s, want_s, rtol=1e-6, atol=0)
+    gate, up = h.float().chunk(2, dim=-1)
+    act = gate * torch.sigmoid(gate) * up * (1 if row_weight is None else row_weight[:, None])
+    dequantized = q.float() * s.repeat_interleave(128, 1)[:, :300]
+    assert ((dequantized - act).norm() / act.norm()) < 0.05  # e4m3's 3 mantissa bits
+
+
 def test_a_negative_that_rounds_to_zero_is_negative_zero():
     # torch's cast gives -0 (0x80); the subnormal rounding by hand once lost the sign (found on the
     # H100: 11 of 3.7M activations of a [512, 7168] bf16 input)
@@ -104,6 +125,35 @@ def test_grouped_linear_matches_reference_with_empty_and_single_row_groups(ends)
     assert got.shape == (ends[-1], n)
     torch.testing.assert_close(got, reference.fp8_grouped_linear_ref(a, a_scale, w, w_scale, runs),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_linear_takes_runs_that_start_on_a_multiple_of_align():
+    # DeepGEMM's layout: each run starts at the previous end rounded up to 4 here (128 there);
+    # runs of 3, 5, 0 and 6 rows, the empty one ending where it starts
+    groups, n, k, align = 4, 130, 256, 4
+    ends = torch.tensor([3, 9, 12, 18], dtype=torch.int32)
+    assert fp8_gemm.run_starts(ends, align).tolist() == [0, 4, 12, 12]
+    w, w_scale = _experts(groups, n, k)
+    a, a_scale = reference.quantize_act_ref(torch.randn(20, k))
+    got = fp8_gemm.fp8_grouped_linear(a, a_scale, w, w_scale, ends, torch.float32, align)
+    want = reference.fp8_grouped_linear_ref(a, a_scale, w, w_scale, ends, align)
+    in_runs = torch.tensor([r < 3 or 4 <= r < 9 or 12 <= r < 18 for r in range(20)])
+    assert want[~in_runs].abs().sum() == 0 and want[in_runs].abs().min(dim=1).values.gt(0).all()
+    torch.testing.assert_close(got[in_runs], want[in_runs], rtol=1e-5, atol=1e-5)
+    # the same rows back to back give the same products
+    packed = torch.tensor([3, 8, 8, 14], dtype=torch.int32)
+    rows = in_runs.nonzero().flatten()
+    torch.testing.assert_close(fp8_gemm.fp8_grouped_linear(a[rows], a_scale[rows], w, w_scale, packed, torch.float32),
+                               want[in_runs], rtol=1e-5, atol=1e-5)
+
+
+def test_experts_go_to_deepgemm_only_with_block_scales_and_enough_pairs():
+    w, w_scale = _experts(2, 256, 256)
+    per_row = w_scale.repeat_interleave(128, 1)
+    many = dsa_kernels.dispatch.DEEPGEMM_GROUPED_PAIRS
+    assert dsa_kernels.expert_alignment(many, (w, w_scale)) == 1  # on the CPU
+    assert dsa_kernels.expert_alignment(many, (w, w_scale), (w, per_row)) == 1
+    assert dsa_kernels.expert_alignment(many - 1, (w, None)) == 1
 
 
 def test_grouped_linear_takes_per_row_scales():
@@ -179,6 +229,44 @@ def test_grouped_linear_matches_reference_on_the_gpu(pairs):
     got = fp8_gemm.fp8_grouped_linear(a, a_scale, w, w_scale, runs).float()
     want = reference.fp8_grouped_linear_ref(a, a_scale, w, w_scale, runs)
     assert ((got - want).norm() / want.norm()) < 5e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not dsa_kernels.available_backends("cuda")["deepgemm"], reason="DeepGEMM not installed")
+def test_deepgemm_takes_runs_laid_out_at_its_alignment_and_matches_ours():
+    groups, n, k = 16, 4096, 7168
+    w, w_scale = _experts(groups, n, k, "cuda")
+    pairs = dsa_kernels.dispatch.DEEPGEMM_GROUPED_PAIRS
+    align = dsa_kernels.expert_alignment(pairs, (w, w_scale))
+    assert align == 128
+    counts = torch.tensor([0, 1, 127, 128, 129] + [0] * 10 + [pairs - 385], device="cuda", dtype=torch.int32)
+    padded = (counts + align - 1) // align * align
+    ends = (padded.cumsum(0) - padded + counts).int()
+    a, a_scale = fp8_gemm.quantize_act(torch.randn(int(padded.sum()) + align, k, device="cuda", dtype=torch.bfloat16))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got = dsa_kernels.fp8_grouped_linear(a, a_scale, w, w_scale, ends, align=align)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert ("deepgemm", "m_grouped_fp8_gemm_nt_contiguous") not in dsa_kernels.dispatch._REFUSED
+    ours = fp8_gemm.fp8_grouped_linear(a, a_scale, w, w_scale, ends, align=align)
+    starts = fp8_gemm.run_starts(ends, align)
+    in_runs = torch.cat([torch.arange(int(s), int(e)) for s, e in zip(starts, ends)]).cuda()
+    got, ours = got[in_runs].float(), ours[in_runs].float()
+    assert ((got - ours).norm() / ours.norm()) < 5e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 256, 5000])
+def test_silu_mul_quantize_matches_reference_on_the_gpu(rows):
+    h = torch.randn(rows, 4096, device="cuda", dtype=torch.bfloat16) * 3
+    row_weight = torch.rand(rows, device="cuda")
+    q, s = fp8_gemm.silu_mul_quantize(h, row_weight)
+    want_q, want_s = reference.silu_mul_quantize_ref(h.cpu(), row_weight.cpu())
+    # the GPU's exp may differ from the CPU's in the last bit, which bf16 rounding mostly hides
+    assert (_bits(q).cpu() != _bits(want_q)).float().mean() < 1e-3
+    torch.testing.assert_close(s.cpu(), want_s, rtol=1e-2, atol=0)
 
 
 @pytest.mark.gpu

@@ -1,4 +1,5 @@
-"""dsa_kernels.expert_runs: the experts' runs counted in one kernel, against PyTorch's stable sort."""
+"""dsa_kernels.expert_runs (the experts' runs counted in one kernel, against PyTorch's stable sort) and
+dsa_kernels.sum_pairs (their outputs summed back by token)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,20 @@ def test_dispatch_sorts_on_the_cpu_and_past_max_pairs(monkeypatch):
     assert len(called) == 1
     dsa_kernels.expert_runs(torch.zeros(moe_runs.MAX_PAIRS + 1, dtype=torch.int64), 4, backend="triton")
     assert len(called) == 1
+
+
+@pytest.mark.parametrize("tokens, k, width", [(0, 8, 64), (1, 1, 1100), (5, 8, 300), (33, 4, 2048)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_pairs_summed_by_token_equal_the_gather_and_sum(tokens, k, width, dtype, device):
+    gen = torch.Generator().manual_seed(tokens * k + width)
+    # pairs in a larger buffer than they fill, as in runs laid out for DeepGEMM
+    y = (torch.randn(3 * tokens * k + 7, width, generator=gen) * 4).to(dtype).to(device)
+    row_of_pair = torch.randperm(y.shape[0], generator=gen)[:tokens * k].to(device)
+    got = moe_runs.sum_pairs(y, row_of_pair, k)
+    want = ref.sum_pairs_ref(y.cpu(), row_of_pair.cpu(), k)
+    assert got.dtype == dtype and got.shape == (tokens, width)
+    # float32 sums in slot order both ways; torch's bf16 cast rounds ties to even, as ours does
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-6, atol=1e-6)
+    if tokens * k > 1:  # the rows matter: other rows, another sum
+        assert not torch.equal(want, ref.sum_pairs_ref(y.cpu(), row_of_pair.flip(0).cpu(), k))
