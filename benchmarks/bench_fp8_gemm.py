@@ -3,7 +3,7 @@ shapes and for its routed experts, against DeepGEMM's fp8_gemm_nt, torch's bf16 
 weights, and the HBM roofline of the e4m3 weights, all measured in this run.
 
     python3 benchmarks/bench_fp8_gemm.py [--rows 1,4,32,128,1024,4096] [--tokens 1,4,32,128,512]
-        [--experts 256] [--only dense|stacked|experts] [--json out.json]
+        [--experts 256] [--only dense|stacked|mlp|experts] [--json out.json]
 
 CUDA-graph times (benchmarks/graph_timing.py). A model reads each layer's weights once a step, from
 HBM: the dense calls here cycle through enough copies of the weights (256 MiB of e4m3) that none is
@@ -15,11 +15,15 @@ still in L2 when its turn comes again. Columns, microseconds a call:
 - bf16: F.linear on the bf16 weights (what dequantized weights cost);
 - roofline: the e4m3 weights and scales read once at the copy bandwidth measured here.
 The stacked rows time the attention's projections of one input as the model runs them, one
-stacked GEMM (`stacked`), against a GEMM a layer (`apart`), both `auto`. The experts rows time one MoE layer's routed experts (dsa_backend/models/moe.py's Experts, 8 a
-token, random routing) with e4m3 weights as the engine runs them (`auto`: DeepGEMM's grouped GEMM
-from DEEPGEMM_GROUPED_PAIRS pairs, on runs aligned for it), on our grouped GEMM alone (`ours`),
-and with bf16 weights; their roofline is the distinct experts' e4m3 weights, their TFLOP/s the
-three GEMMs' products of every pair. Prints one JSON line a row, then the whole result.
+stacked GEMM (`stacked`), against a GEMM a layer (`apart`), both `auto`. The mlp rows time a
+dense MLP (a shared expert's widths, and the dense layers') with gate and up in one GEMM and its
+activation quantized in one pass, against a GEMM a projection with torch's SiLU and product
+between. The experts rows time one MoE layer's routed experts (dsa_backend/models/moe.py's
+Experts, 8 a token, random routing) with e4m3 weights as the engine runs them (`auto`: DeepGEMM's
+grouped GEMM from DEEPGEMM_GROUPED_PAIRS pairs, on runs aligned for it), on our grouped GEMM
+alone (`ours`), and with bf16 weights; their roofline is the distinct experts' e4m3 weights,
+their TFLOP/s the three GEMMs' products of every pair. Prints one JSON line a row, then the
+whole result.
 """
 
 from __future__ import annotations
@@ -150,6 +154,38 @@ def stacked_rows(rows: list[int], bandwidth: float) -> list[dict]:
     return out
 
 
+def mlp_rows(rows: list[int], bandwidth: float) -> list[dict]:
+    """A dense MLP as the model runs it (dsa_backend/models/layers.py, DenseMlp): gate and up in
+    one GEMM, the activation quantized in the pass that computes it, the down projection on it
+    (`stacked`), against a GEMM a projection with torch's SiLU and product between (`apart`)."""
+    out = []
+    for name in ("shared", "dense"):
+        n, k = DENSE[f"{name}.gate_proj"]
+        copies = max(1, -(-ROTATION_BYTES // (3 * n * k)))
+        (gw, gs), (uw, us), (dw, ds) = _random_fp8(n, k, copies), _random_fp8(n, k, copies), _random_fp8(k, n, copies)
+        gate_up = [(torch.cat([gw[i], uw[i]]), torch.cat([gs[i], us[i]])) for i in range(copies)]
+
+        def apart(i, x):
+            return dsa_kernels.fp8_linear(F.silu(dsa_kernels.fp8_linear(x, gw[i], gs[i]))
+                                          * dsa_kernels.fp8_linear(x, uw[i], us[i]), dw[i], ds[i])
+
+        def stacked(i, x):
+            act = dsa_kernels.silu_mul_quantize(dsa_kernels.fp8_linear(x, *gate_up[i]))
+            return dsa_kernels.fp8_linear_quantized(*act, dw[i], ds[i], x.dtype)
+
+        for m in rows:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            row = dict(section="mlp", mlp=name, intermediate=n, hidden=k, m=m,
+                       roofline_us=round(3 * (n * k + gs[0].numel() * 4) / bandwidth / 1e3, 2),
+                       relative_difference=_relative_error(stacked(0, x), apart(0, x).float()))
+            for col, fn in {"apart": apart, "stacked": stacked}.items():
+                row[f"{col}_us"] = round(graph_ms(_cycling(lambda i: fn(i, x), copies), rep_ms=10, replays=5) * 1e3, 2)
+            row["stacked_over_apart"] = round(row["apart_us"] / row["stacked_us"], 3)
+            print(json.dumps(row), flush=True)
+            out.append(row)
+    return out
+
+
 @contextlib.contextmanager
 def _ours_only():
     """The routed experts on our grouped GEMM at every size (DeepGEMM's threshold out of reach)."""
@@ -210,7 +246,7 @@ def main() -> None:
     ap.add_argument("--rows", default="1,4,32,128,1024,4096")
     ap.add_argument("--tokens", default="1,4,32,128,512,1024,2048,8192")
     ap.add_argument("--experts", type=int, default=256)
-    ap.add_argument("--only", choices=["dense", "stacked", "experts"])
+    ap.add_argument("--only", choices=["dense", "stacked", "mlp", "experts"])
     ap.add_argument("--json")
     a = ap.parse_args()
     bandwidth = copy_bandwidth()
@@ -219,6 +255,8 @@ def main() -> None:
         rows += dense_rows([int(m) for m in a.rows.split(",")], bandwidth)
     if a.only in (None, "stacked"):
         rows += stacked_rows([int(m) for m in a.rows.split(",")], bandwidth)
+    if a.only in (None, "mlp"):
+        rows += mlp_rows([int(m) for m in a.rows.split(",")], bandwidth)
     if a.only in (None, "experts"):
         rows += experts_rows([int(t) for t in a.tokens.split(",")], a.experts, bandwidth)
     result = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(), torch=torch.__version__,

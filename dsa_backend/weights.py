@@ -1,9 +1,9 @@
 """Load a sharded safetensors DSA checkpoint into the model's parameter names.
 
 Checkpoint names follow the Hugging Face releases (per-expert tensors, the MTP layer at index
-num_hidden_layers); the model stacks experts ([E, 2I, H] gate+up, [E, H, I] down) and the
-attention's projections of one input (`stacked_projections`), and keeps the MTP layer under
-`mtp.{j}`. FP8 block weights are either kept in e4m3 with their weight_scale_inv beside them
+num_hidden_layers); the model stacks experts ([E, 2I, H] gate+up, [E, H, I] down), the
+attention's projections of one input (`stacked_projections`) and each dense MLP's gate and up
+(`GATE_UP`), and keeps the MTP layer under `mtp.{j}`. FP8 block weights are either kept in e4m3 with their weight_scale_inv beside them
 (`keep_fp8`, for dsa_backend/models/fp8_linear.py) or dequantized at load. Every missing,
 unexpected or mis-shaped tensor is an error that names it.
 """
@@ -45,6 +45,10 @@ def stacked_projections(c: ModelConfig, has_indexer: bool) -> dict[str, tuple[tu
                        ("kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim)),
         "q_heads_proj": (("q_b_proj", c.num_attention_heads * c.qk_head_dim), *index_q),
     }
+
+
+# A dense MLP's (or the shared experts') gate and up read the same input: one GEMM, rows [gate | up]
+GATE_UP = ("gate_up_proj", ("gate_proj", "up_proj"))
 
 
 def _indexer_shapes(prefix: str, c: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -211,8 +215,14 @@ def load_weights(model_dir: str | Path, config: ModelConfig, dtype: torch.dtype,
                                   f"expected {(config.vocab_size, config.hidden_size)}")
     for prefix, parts in experts.items():
         state.update(_stacked_experts(prefix, parts, config, dtype))
+    block = config.quantization.block[0] if config.quantization else None
     for name in [n for n in state if n.endswith(".self_attn.q_a_proj.weight")]:
-        _stack_projections(state, name[: -len("q_a_proj.weight")], config, dtype)
+        prefix = name[: -len("q_a_proj.weight")]
+        stacks = stacked_projections(config, has_indexer=prefix + "indexer.wk.weight" in state)
+        for stacked, parts in stacks.items():
+            _stack(state, prefix, stacked, [part for part, _ in parts], block, dtype)
+    for name in [n for n in state if n.endswith(".gate_proj.weight")]:
+        _stack(state, name[: -len("gate_proj.weight")], GATE_UP[0], GATE_UP[1], block, dtype)
     return state, info
 
 
@@ -223,16 +233,15 @@ def _checked_scale(name: str, w: torch.Tensor, scale_inv: torch.Tensor, block: t
     return scale_inv.float()
 
 
-def _stack_projections(state: dict[str, torch.Tensor], prefix: str, config: ModelConfig, dtype: torch.dtype) -> None:
-    """Replace one attention layer's projections in `state` by their stacks (stacked_projections)."""
-    stacks = stacked_projections(config, has_indexer=prefix + "indexer.wk.weight" in state)
-    block = config.quantization.block[0] if config.quantization else None
-    for stacked, parts in stacks.items():
-        weights = [(state.pop(prefix + part + ".weight"), state.pop(prefix + part + ".weight_scale_inv", None))
-                   for part, _ in parts]
-        state[prefix + stacked + ".weight"], scale = _stacked_rows(weights, block, dtype)
-        if scale is not None:
-            state[prefix + stacked + ".weight_scale_inv"] = scale
+def _stack(state: dict[str, torch.Tensor], prefix: str, stacked: str, parts, block: int | None,
+           dtype: torch.dtype) -> None:
+    """Replace the linear layers `parts` under prefix in `state` by one, `stacked`, their weights
+    (and scales) stacked by rows in that order."""
+    weights = [(state.pop(prefix + part + ".weight"), state.pop(prefix + part + ".weight_scale_inv", None))
+               for part in parts]
+    state[prefix + stacked + ".weight"], scale = _stacked_rows(weights, block, dtype)
+    if scale is not None:
+        state[prefix + stacked + ".weight_scale_inv"] = scale
 
 
 def _stacked_rows(parts: list[tuple[torch.Tensor, torch.Tensor | None]], block: int | None,
@@ -332,6 +341,10 @@ def mtp_checkpoint_tensors(state: dict[str, torch.Tensor], config: ModelConfig) 
             base = prefix + rest[: -len("w2")]
             for e, w in enumerate(tensor):
                 out[f"{base}{e}.down_proj.weight"] = w
+        elif rest.endswith(GATE_UP[0] + ".weight"):
+            base = prefix + rest[: -len(GATE_UP[0] + ".weight")]
+            for part, w in zip(GATE_UP[1], tensor.chunk(2)):
+                out[f"{base}{part}.weight"] = w
         elif (stacked := re.fullmatch(r"self_attn\.(\w+)\.weight", rest)) and stacked.group(1) in stacks:
             has_indexer = f"mtp.{match.group(1)}.decoder.self_attn.indexer.k_norm.weight" in state
             parts = stacked_projections(config, has_indexer)[stacked.group(1)]

@@ -509,20 +509,26 @@ DEEPGEMM_FP8_ROWS = 64
 def fp8_linear(x, w, w_scale, *, backend: str = "auto"):
     """x [M, K] (bf16 or float32) times w [N, K] e4m3 (w_scale [N/128, K/128], or [N, K/128] per
     row) transposed -> [M, N] in x's dtype: a linear layer of an FP8 checkpoint. x is quantized to
-    e4m3 a 1 x 128 group at a time (quantize_act)."""
+    e4m3 a 1 x 128 group at a time (quantize_act), then fp8_linear_quantized."""
+    return fp8_linear_quantized(*quantize_act(x, backend=backend), w, w_scale, x.dtype, backend=backend)
+
+
+def fp8_linear_quantized(a, a_scale, w, w_scale, out_dtype=torch.bfloat16, *, backend: str = "auto"):
+    """a [M, K] e4m3 (a_scale [M, K/128], quantize_act's layout) times w [N, K] e4m3 (w_scale
+    [N/128, K/128], or [N, K/128] per row) transposed -> [M, N] in out_dtype."""
     block_scales = w_scale.shape[0] != w.shape[0] or w.shape[0] == 1  # DeepGEMM takes no per-row scales
-    library = "deepgemm" if block_scales and _deepgemm_fp8_linear(x.shape[0], x.dtype, capability(x.device)) else None
-    choice = _unless_batch_invariant(_choose(x, backend, library, fp8=True), backend)
+    library = "deepgemm" if block_scales and _deepgemm_fp8_linear(a.shape[0], out_dtype, capability(a.device)) else None
+    choice = _unless_batch_invariant(_choose(a, backend, library, fp8=True), backend)
     if choice == "reference":
-        return ref.fp8_linear_ref(*ref.quantize_act_ref(x), w, w_scale).to(x.dtype)
+        return ref.fp8_linear_ref(a, a_scale, w, w_scale).to(out_dtype)
     if choice == "deepgemm":
         res = _try_library(backend, ("deepgemm", "fp8_gemm_nt", w.shape[0], w.shape[1]),
-                           lambda: _deepgemm_linear(x, w, w_scale))
+                           lambda: _deepgemm_gemm(a, a_scale, w, w_scale))
         if res is not None:
             return res
-    from .fp8_gemm import fp8_linear as triton_linear
+    from .fp8_gemm import fp8_gemm as triton_gemm
 
-    return triton_linear(x, w, w_scale)
+    return triton_gemm(a, a_scale, w, w_scale, out_dtype)
 
 
 def _deepgemm_fp8_linear(rows: int, dtype: torch.dtype, cc: tuple[int, int]) -> bool:
@@ -532,11 +538,9 @@ def _deepgemm_fp8_linear(rows: int, dtype: torch.dtype, cc: tuple[int, int]) -> 
     return rows >= DEEPGEMM_FP8_ROWS and dtype == torch.bfloat16 and cc[0] == 9
 
 
-def _deepgemm_linear(x, w, w_scale):
-    from .fp8_gemm import quantize_act as triton_quantize
-
-    out = torch.empty(x.shape[0], w.shape[0], dtype=torch.bfloat16, device=x.device)
-    _library("deep_gemm").fp8_gemm_nt(triton_quantize(x), (w, w_scale), out)
+def _deepgemm_gemm(a, a_scale, w, w_scale):
+    out = torch.empty(a.shape[0], w.shape[0], dtype=torch.bfloat16, device=a.device)
+    _library("deep_gemm").fp8_gemm_nt((a, a_scale), (w, w_scale), out)
     return out
 
 

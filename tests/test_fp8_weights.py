@@ -60,6 +60,24 @@ def test_stacked_projections_dequantize_to_their_parts(checkpoint, name, layer):
             assert torch.equal(got, dequantize_fp8_block(raw[w], raw[w + "_scale_inv"], (128, 128)))
 
 
+@pytest.mark.parametrize("mlp, rows_per_scale", [("model.layers.0.mlp.", 128), ("model.layers.2.mlp.shared_experts.", 1),
+                                                 ("mtp.0.decoder.mlp.shared_experts.", 1)])
+def test_dense_mlp_gate_and_up_stack_dequantizes_to_its_parts(checkpoint, mlp, rows_per_scale):
+    # the tiny preset's dense gate has 256 rows (ends on a block: block scales kept), a shared
+    # expert's 64 (ends inside one: a scale a row)
+    d = checkpoint("deepseek_v32_fp8")
+    c = ModelConfig.from_pretrained(d)
+    raw = _raw(d)
+    state, _ = load_weights(d, c, torch.float32, keep_fp8=True)
+    weight, scale = state[mlp + "gate_up_proj.weight"], state[mlp + "gate_up_proj.weight_scale_inv"]
+    assert weight.dtype == FP8 and mlp + "gate_proj.weight" not in state and mlp + "up_proj.weight" not in state
+    assert scale.shape[0] == -(-weight.shape[0] // rows_per_scale)
+    ckpt = mlp.replace("mtp.0.decoder.", f"model.layers.{c.num_hidden_layers}.")
+    for part, got in zip(("gate_proj", "up_proj"), dequantize_weight_ref(weight, scale).chunk(2)):
+        w = ckpt + part + ".weight"
+        assert torch.equal(got, dequantize_fp8_block(raw[w], raw[w + "_scale_inv"], (128, 128)))
+
+
 def test_a_stack_with_an_unquantized_part_is_dequantized_whole(checkpoint, tmp_path):
     # a checkpoint whose indexer wk comes in bf16: qkv_a cannot be e4m3, so all of it is in dtype
     d = checkpoint("deepseek_v32_fp8")

@@ -87,19 +87,25 @@ def test_fp8_experts_on_aligned_runs_equal_them_back_to_back(tokens, monkeypatch
     torch.testing.assert_close(m(x, ids, weights), back_to_back, rtol=1e-6, atol=1e-6)
 
 
+def without_syncs(m: Experts, *args) -> torch.Tensor:
+    """m(*args) under torch's sync debug mode, which raises on a read back to the host; after a
+    first call, whose lazy set-up (cuBLAS handles, DeepGEMM's compiles) may synchronize."""
+    m(*args)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        return m(*args)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("tokens", [1, 32, 2048])
 def test_grouped_experts_read_nothing_back_to_the_host_on_the_gpu(tokens):
     m = experts("cuda", torch.bfloat16)
     ids, weights = routing(tokens, m.w13.shape[0], 4, "cuda")
     x = torch.randn(tokens, m.w13.shape[-1], device="cuda").bfloat16()
-    m(x, ids, weights)  # first call: lazy initialisation (cuBLAS handles) may synchronize
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        out = m(x, ids, weights)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
+    out = without_syncs(m, x, ids, weights)
     want = loop_over_experts(m, x, ids, weights)
     torch.testing.assert_close(out.double(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
 
@@ -118,13 +124,7 @@ def test_fp8_experts_on_deepgemm_match_ours_and_read_nothing_back(monkeypatch):
     ids, weights = routing(tokens, 16, 8, "cuda")
     x = torch.randn(tokens, 7168, device="cuda").bfloat16()
     assert dsa_kernels.expert_alignment(tokens * 8, (m.w13, m.w13_scale_inv), (m.w2, m.w2_scale_inv)) == 128
-    m(x, ids, weights)  # DeepGEMM compiles its kernels on the first call
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        got = m(x, ids, weights)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
+    got = without_syncs(m, x, ids, weights)
     assert ("deepgemm", "m_grouped_fp8_gemm_nt_contiguous") not in dsa_kernels.dispatch._REFUSED
     monkeypatch.setattr(dsa_kernels, "expert_alignment", lambda pairs, *weights: 1)
     ours = m(x, ids, weights)

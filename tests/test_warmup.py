@@ -189,15 +189,19 @@ def test_fp8_warm_up_runs_each_weight_shape_over_its_rows_and_the_experts_over_e
     model, _ = load_model(checkpoint("deepseek_v32_fp8"), torch.float32, keep_fp8=True)
     dense, grouped = [], []
     linear, grouped_linear = dsa_kernels.fp8_linear, dsa_kernels.fp8_grouped_linear
-    monkeypatch.setattr(dsa_kernels, "fp8_linear", lambda x, w, s: dense.append((tuple(w.shape), x.shape[0]))
-                        or linear(x, w, s))
+    monkeypatch.setattr(dsa_kernels, "fp8_linear", lambda x, w, s: dense.append(((tuple(w.shape), tuple(s.shape)),
+                                                                                  x.shape[0])) or linear(x, w, s))
     monkeypatch.setattr(dsa_kernels, "fp8_grouped_linear", lambda a, s, w, ws, ends, dtype, align: grouped.append(
         fp8_gemm.grouped_tiles(a.shape[0], w.shape[0])) or grouped_linear(a, s, w, ws, ends, dtype, align))
     calls = warmup.warm_up_fp8_gemms(model, max_rows=40, experts_per_token=2)
-    shapes = {(m.out_features, m.in_features) for m in model.modules() if isinstance(m, Fp8Linear)}
+    # a weight shape with block scales and with per-row ones (a stack whose parts end off a block)
+    # compiles apart
+    shapes = {(tuple(m.weight.shape), tuple(m.weight_scale_inv.shape)) for m in model.modules()
+              if isinstance(m, Fp8Linear)}
     assert {shape for shape, _ in dense} == shapes
-    for n, k in shapes:
-        assert sorted(m for shape, m in dense if shape == (n, k)) == warmup.fp8_linear_rows(n, k, 40, torch.device("cpu"))
+    for (n, k), scales in shapes:
+        assert sorted(m for shape, m in dense if shape == ((n, k), scales)) == \
+            warmup.fp8_linear_rows(n, k, 40, torch.device("cpu"))
     # 8 experts, 2 a token: mean runs of 1..10 pairs at 40 tokens, all in the 16-row tile; w13 then w2
     assert set(grouped) == {fp8_gemm.grouped_tiles(p, 8) for p in range(2, 81, 2)}
     assert calls == len(dense) + len(grouped) // 2

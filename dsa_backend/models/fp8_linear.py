@@ -27,6 +27,10 @@ class Fp8Linear(nn.Module):
         y = dsa_kernels.fp8_linear(x.reshape(-1, self.in_features), self.weight, self.weight_scale_inv)
         return y.view(*x.shape[:-1], self.out_features)
 
+    def on_quantized(self, values: torch.Tensor, scales: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+        """The layer on an input already quantized (dsa_kernels.quantize_act's layout), [M, in] -> [M, out]."""
+        return dsa_kernels.fp8_linear_quantized(values, scales, self.weight, self.weight_scale_inv, out_dtype)
+
 
 def expect_fp8_weights(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Make room in a model built on the meta device for the e4m3 weights in `state`, so that

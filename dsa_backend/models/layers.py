@@ -10,6 +10,7 @@ from torch import nn
 import dsa_kernels
 
 from dsa_backend.config import RopeConfig
+from dsa_backend.models.fp8_linear import Fp8Linear
 
 
 class RMSNorm(nn.Module):
@@ -24,16 +25,21 @@ class RMSNorm(nn.Module):
 
 
 class DenseMlp(nn.Module):
-    """down(silu(gate(x)) * up(x))."""
+    """down(silu(gate(x)) * up(x)), gate and up one GEMM (the loader stacks the checkpoint's
+    gate_proj and up_proj, weights.GATE_UP). With FP8 weights the activation is quantized for the
+    down projection in the pass that computes it (dsa_kernels.silu_mul_quantize)."""
 
     def __init__(self, hidden: int, intermediate: int):
         super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate_up = self.gate_up_proj(x)
+        if isinstance(self.down_proj, Fp8Linear):
+            return self.down_proj.on_quantized(*dsa_kernels.silu_mul_quantize(gate_up), gate_up.dtype)
+        gate, up = gate_up.chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class RotaryEmbedding(nn.Module):
