@@ -3,9 +3,9 @@
 Checkpoint names follow the Hugging Face releases (per-expert tensors, the MTP layer at index
 num_hidden_layers); the model stacks experts ([E, 2I, H] gate+up, [E, H, I] down), the
 attention's projections of one input (`stacked_projections`) and each dense MLP's gate and up
-(`GATE_UP`), and keeps the MTP layer under `mtp.{j}`. FP8 block weights are either kept in e4m3 with their weight_scale_inv beside them
-(`keep_fp8`, for dsa_backend/models/fp8_linear.py) or dequantized at load. Every missing,
-unexpected or mis-shaped tensor is an error that names it.
+(`GATE_UP`), and keeps the MTP layer under `mtp.{j}`. FP8 block weights are either kept in e4m3
+with their weight_scale_inv beside them (`keep_fp8`, for dsa_backend/models/fp8_linear.py) or
+dequantized at load. Every missing, unexpected or mis-shaped tensor is an error that names it.
 """
 
 from __future__ import annotations
