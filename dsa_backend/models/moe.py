@@ -68,12 +68,13 @@ def _aligned_runs(order: torch.Tensor, ends: torch.Tensor, align: int, experts: 
     pairs = order.numel()
     if align == 1:
         return order, torch.empty_like(order).index_copy_(0, order, torch.arange(pairs, device=order.device)), ends
-    counts = ends - torch.cat([ends.new_zeros(1), ends[:-1]])
+    previous = torch.cat([ends.new_zeros(1), ends[:-1]])
+    counts = ends - previous
     padded = (counts + align - 1) // align * align
     starts = padded.cumsum(0) - padded
     position = torch.arange(pairs, dtype=ends.dtype, device=ends.device)
     run = torch.searchsorted(ends, position, right=True)
-    row = (starts[run] + position - (ends - counts)[run]).long()
+    row = (starts[run] + position - previous[run]).long()
     rows = -(-(pairs + min(experts, pairs) * (align - 1)) // align) * align
     pair_of_row = torch.zeros(rows, dtype=order.dtype, device=order.device).index_copy_(0, row, order)
     return pair_of_row, torch.empty_like(order).index_copy_(0, order, row), (starts + counts).to(torch.int32)
