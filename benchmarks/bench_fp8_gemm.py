@@ -3,7 +3,7 @@ shapes and for its routed experts, against DeepGEMM's fp8_gemm_nt, torch's bf16 
 weights, and the HBM roofline of the e4m3 weights, all measured in this run.
 
     python3 benchmarks/bench_fp8_gemm.py [--rows 1,4,32,128,1024,4096] [--tokens 1,4,32,128,512]
-        [--experts 256] [--only dense|stacked|mlp|experts] [--json out.json]
+        [--experts 256] [--max-rows 2048] [--only dense|stacked|mlp|halves|experts] [--json out.json]
 
 CUDA-graph times (benchmarks/graph_timing.py). A model reads each layer's weights once a step, from
 HBM: the dense calls here cycle through enough copies of the weights (256 MiB of e4m3) that none is
@@ -18,7 +18,9 @@ The stacked rows time the attention's projections of one input as the model runs
 stacked GEMM (`stacked`), against a GEMM a layer (`apart`), both `auto`. The mlp rows time a
 dense MLP (a shared expert's widths, and the dense layers') with gate and up in one GEMM and its
 activation quantized in one pass, against a GEMM a projection with torch's SiLU and product
-between. The experts rows time one MoE layer's routed experts (dsa_backend/models/moe.py's
+between. The halves rows calibrate each of the engine's FP8 GEMM shapes as the warm-up does
+(dsa_kernels.calibrate_fp8_linear, up to --max-rows rows) and time, at each row count it splits,
+DeepGEMM on the two row halves (`auto`) against its one call (`whole`) and ours. The experts rows time one MoE layer's routed experts (dsa_backend/models/moe.py's
 Experts, 8 a token, random routing) with e4m3 weights as the engine runs them (`auto`: DeepGEMM's
 grouped GEMM from DEEPGEMM_GROUPED_PAIRS pairs, on runs aligned for it), on our grouped GEMM
 alone (`ours`), and with bf16 weights; their roofline is the distinct experts' e4m3 weights,
@@ -32,6 +34,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import time
 import types
 
 import torch
@@ -40,7 +43,7 @@ import torch.nn.functional as F
 import dsa_kernels
 from bench_moe import copy_bandwidth
 from dsa_backend.models.moe import Experts
-from dsa_kernels import dispatch, reference
+from dsa_kernels import deepgemm_rows, dispatch, reference
 from dsa_kernels.fp8_gemm import fp8_gemm, fp8_linear, quantize_act
 from graph_timing import graph_ms
 from report import emit
@@ -186,6 +189,55 @@ def mlp_rows(rows: list[int], bandwidth: float) -> list[dict]:
     return out
 
 
+def engine_shapes() -> dict[str, tuple[int, int]]:
+    """The FP8 GEMMs' (N, K) as the engine runs them: the attention's stacks, o_proj, and each
+    MLP with gate and up stacked."""
+    shapes = {name: (sum(DENSE[p][0] for p in parts), DENSE[parts[0]][1]) for name, parts in STACKED.items()}
+    shapes["o_proj"] = DENSE["o_proj"]
+    for mlp in ("shared", "dense"):
+        n, k = DENSE[f"{mlp}.gate_proj"]
+        shapes[f"{mlp}.gate_up_proj"] = (2 * n, k)
+        shapes[f"{mlp}.down_proj"] = DENSE[f"{mlp}.down_proj"]
+    return shapes
+
+
+def halves_rows(max_rows: int) -> list[dict]:
+    """DeepGEMM's GEMM on row halves where the warm-up's calibration finds it faster
+    (kernels/deepgemm_rows.py): per engine shape, the calibration's seconds and buckets, then at
+    each split bucket's top `auto` (the halves) against DeepGEMM's one call (`whole`) and ours."""
+    dg, out = _deepgemm(), []
+    if dg is None:
+        return out
+    for name, (n, k) in engine_shapes().items():
+        copies = max(1, -(-ROTATION_BYTES // (n * k)))
+        w, s = _random_fp8(n, k, copies)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        split = dsa_kernels.calibrate_fp8_linear(w[0], s[0], max_rows)
+        row = dict(section="halves", layer=name, n=n, k=k, max_rows=max_rows,
+                   calibration_s=round(time.perf_counter() - t0, 2), split_rows=deepgemm_rows.row_ranges(split))
+        print(json.dumps(row), flush=True)
+        out.append(row)
+        for b in sorted(split):
+            m = min(b * deepgemm_rows.BUCKET, max_rows)
+            a, a_scale = quantize_act(torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
+            d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            dg.fp8_gemm_nt((a, a_scale), (w[0], s[0]), d)
+            row = dict(section="halves", layer=name, n=n, k=k, m=m,
+                       bits_equal=bool(torch.equal(dsa_kernels.fp8_linear_quantized(a, a_scale, w[0], s[0]), d)))
+            fns = {"whole": _cycling(lambda i: dg.fp8_gemm_nt((a, a_scale), (w[i], s[i]), d), copies),
+                   "auto": _cycling(lambda i: dsa_kernels.fp8_linear_quantized(a, a_scale, w[i], s[i]), copies),
+                   "ours": _cycling(lambda i: fp8_gemm(a, a_scale, w[i], s[i]), copies)}
+            for col, fn in fns.items():
+                row[f"{col}_us"] = round(graph_ms(fn, rep_ms=10, replays=5) * 1e3, 2)
+            row["auto_over_whole"] = round(row["whole_us"] / row["auto_us"], 3)
+            row["whole_tflops"] = round(2 * m * n * k / row["whole_us"] / 1e6, 1)
+            row["auto_tflops"] = round(2 * m * n * k / row["auto_us"] / 1e6, 1)
+            print(json.dumps(row), flush=True)
+            out.append(row)
+    return out
+
+
 @contextlib.contextmanager
 def _ours_only():
     """The routed experts on our grouped GEMM at every size (DeepGEMM's threshold out of reach)."""
@@ -246,7 +298,8 @@ def main() -> None:
     ap.add_argument("--rows", default="1,4,32,128,1024,4096")
     ap.add_argument("--tokens", default="1,4,32,128,512,1024,2048,8192")
     ap.add_argument("--experts", type=int, default=256)
-    ap.add_argument("--only", choices=["dense", "stacked", "mlp", "experts"])
+    ap.add_argument("--max-rows", type=int, default=2048, help="halves: the rows calibrated up to")
+    ap.add_argument("--only", choices=["dense", "stacked", "mlp", "halves", "experts"])
     ap.add_argument("--json")
     a = ap.parse_args()
     bandwidth = copy_bandwidth()
@@ -257,6 +310,8 @@ def main() -> None:
         rows += stacked_rows([int(m) for m in a.rows.split(",")], bandwidth)
     if a.only in (None, "mlp"):
         rows += mlp_rows([int(m) for m in a.rows.split(",")], bandwidth)
+    if a.only in (None, "halves"):
+        rows += halves_rows(a.max_rows)
     if a.only in (None, "experts"):
         rows += experts_rows([int(t) for t in a.tokens.split(",")], a.experts, bandwidth)
     result = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(), torch=torch.__version__,

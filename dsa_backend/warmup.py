@@ -8,7 +8,9 @@ requests, and again on the first step of each new batch size or context bucket (
 docs/PERFORMANCE.md, "Compiles in the middle of serving").
 
 `warm_up_fp8_gemms` does the same for the GEMMs of FP8 weights kept in e4m3, whose tiles and K
-splits follow a step's rows (kernels/fp8_gemm.py).
+splits follow a step's rows (kernels/fp8_gemm.py). Where DeepGEMM takes a weight, it also measures
+the row counts at which DeepGEMM's GEMM runs faster on two row halves (kernels/deepgemm_rows.py),
+which compiles DeepGEMM's kernel for every 64 rows a step can have.
 
 `warm_up` calls the model's own DSA backend over those shapes, for every step shape the engine's
 limits allow: decode (and speculative verify) at every batch size up to max_running_requests over a
@@ -32,6 +34,8 @@ from dsa_backend.cache import KVCache, pages_needed
 from dsa_backend.config import ModelConfig
 from dsa_backend.models.fp8_linear import Fp8Linear
 from dsa_backend.models.moe import Experts
+import dsa_kernels
+from dsa_kernels.deepgemm_rows import row_ranges
 from dsa_kernels.dispatch import DEEPGEMM_GROUPED_PAIRS
 from dsa_kernels.fp8_gemm import grouped_tiles, launch_config
 
@@ -151,8 +155,8 @@ def fp8_linear_rows(n: int, k: int, max_rows: int, device: torch.device) -> list
 def warm_up_fp8_gemms(model: torch.nn.Module, max_rows: int, experts_per_token: int) -> int:
     """Run each FP8 weight shape of the model over every launch a step of up to max_rows tokens
     can take (fp8_linear_rows; the routed experts at each tile of their runs' mean length, and
-    over the prefill ladder where DeepGEMM takes them);
-    returns the number of calls."""
+    over the prefill ladder where DeepGEMM takes them), and calibrate DeepGEMM's row halves for
+    each weight it takes (calibrate_fp8_linear); returns the number of calls (calibration aside)."""
     calls, seen = 0, set()
     for module in model.modules():
         if isinstance(module, Fp8Linear):
@@ -165,6 +169,10 @@ def warm_up_fp8_gemms(model: torch.nn.Module, max_rows: int, experts_per_token: 
             for m in fp8_linear_rows(module.out_features, module.in_features, max_rows, x.device):
                 module(x[:m])
                 calls += 1
+            split = dsa_kernels.calibrate_fp8_linear(module.weight, module.weight_scale_inv, max_rows)
+            if split:
+                logger.info("FP8 GEMM %s on DeepGEMM: rows in %s run as two halves (faster)", tuple(module.weight.shape),
+                            row_ranges(split))
         elif isinstance(module, Experts) and module.w13_scale_inv is not None:
             groups, hidden = module.w13.shape[0], module.w13.shape[2]
             # k distinct experts a token, every expert's run of about the same length; from

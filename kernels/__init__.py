@@ -4,6 +4,7 @@ here; `dsa_kernels.reference` holds the oracles and the score/top-k conventions.
 
 from .dispatch import (
     available_backends,
+    calibrate_fp8_linear,
     expert_alignment,
     expert_runs,
     fp8_grouped_linear,
@@ -26,6 +27,7 @@ from .dispatch import (
 
 __all__ = [
     "available_backends",
+    "calibrate_fp8_linear",
     "expert_alignment",
     "expert_runs",
     "fp8_grouped_linear",

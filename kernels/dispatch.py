@@ -20,6 +20,7 @@ import logging
 
 import torch
 
+from . import deepgemm_rows
 from . import reference as ref
 from .device import capability, num_sms
 from .host_math import next_power_of_2
@@ -516,19 +517,23 @@ def fp8_linear(x, w, w_scale, *, backend: str = "auto"):
 def fp8_linear_quantized(a, a_scale, w, w_scale, out_dtype=torch.bfloat16, *, backend: str = "auto"):
     """a [M, K] e4m3 (a_scale [M, K/128], quantize_act's layout) times w [N, K] e4m3 (w_scale
     [N/128, K/128], or [N, K/128] per row) transposed -> [M, N] in out_dtype."""
-    block_scales = w_scale.shape[0] != w.shape[0] or w.shape[0] == 1  # DeepGEMM takes no per-row scales
-    library = "deepgemm" if block_scales and _deepgemm_fp8_linear(a.shape[0], out_dtype, capability(a.device)) else None
-    choice = _unless_batch_invariant(_choose(a, backend, library, fp8=True), backend)
+    choice = _unless_batch_invariant(_choose(a, backend, _fp8_linear_library(w, w_scale, a.shape[0], out_dtype),
+                                             fp8=True), backend)
     if choice == "reference":
         return ref.fp8_linear_ref(a, a_scale, w, w_scale).to(out_dtype)
     if choice == "deepgemm":
-        res = _try_library(backend, ("deepgemm", "fp8_gemm_nt", w.shape[0], w.shape[1]),
-                           lambda: _deepgemm_gemm(a, a_scale, w, w_scale))
+        res = _try_library(backend, _fp8_gemm_key(w), lambda: deepgemm_rows.gemm(_library("deep_gemm"), a, a_scale,
+                                                                                  w, w_scale))
         if res is not None:
             return res
     from .fp8_gemm import fp8_gemm as triton_gemm
 
     return triton_gemm(a, a_scale, w, w_scale, out_dtype)
+
+
+def _fp8_linear_library(w, w_scale, rows: int, dtype: torch.dtype) -> str | None:
+    block_scales = w_scale.shape[0] != w.shape[0] or w.shape[0] == 1  # DeepGEMM takes no per-row scales
+    return "deepgemm" if block_scales and _deepgemm_fp8_linear(rows, dtype, capability(w.device)) else None
 
 
 def _deepgemm_fp8_linear(rows: int, dtype: torch.dtype, cc: tuple[int, int]) -> bool:
@@ -538,10 +543,21 @@ def _deepgemm_fp8_linear(rows: int, dtype: torch.dtype, cc: tuple[int, int]) -> 
     return rows >= DEEPGEMM_FP8_ROWS and dtype == torch.bfloat16 and cc[0] == 9
 
 
-def _deepgemm_gemm(a, a_scale, w, w_scale):
-    out = torch.empty(a.shape[0], w.shape[0], dtype=torch.bfloat16, device=a.device)
-    _library("deep_gemm").fp8_gemm_nt((a, a_scale), (w, w_scale), out)
-    return out
+def _fp8_gemm_key(w: torch.Tensor) -> tuple:
+    return ("deepgemm", "fp8_gemm_nt", w.shape[0], w.shape[1])
+
+
+def calibrate_fp8_linear(w, w_scale, max_rows: int) -> frozenset[int]:
+    """Where "auto" gives the FP8 linear layer of weight w to DeepGEMM, the row buckets (of
+    deepgemm_rows.BUCKET rows, up to max_rows) it runs faster on two row halves, measured now and
+    kept for the calls after (kernels/deepgemm_rows.py); empty wherever DeepGEMM does not take it.
+    Compiles DeepGEMM's kernel for each bucket. For a warm-up, on an idle GPU."""
+    library = _fp8_linear_library(w, w_scale, max_rows, torch.bfloat16)
+    if _unless_batch_invariant(_choose(w, "auto", library, fp8=True), "auto") != "deepgemm":
+        return frozenset()
+    found = _try_library("auto", _fp8_gemm_key(w), lambda: deepgemm_rows.calibrate(
+        _library("deep_gemm"), w, w_scale, max_rows, DEEPGEMM_FP8_ROWS))
+    return found or frozenset()
 
 
 # From this many (token, expert) pairs DeepGEMM takes the routed experts' GEMMs (H200,

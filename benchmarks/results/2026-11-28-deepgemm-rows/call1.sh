@@ -1,0 +1,1 @@
+source .device/setup.sh && mkdir -p /tmp/dsa && ln -sfn "$PWD/kernels" /tmp/dsa/dsa_kernels && echo /tmp/dsa > "$(python3 -c "import sysconfig; print(sysconfig.get_paths()[\"purelib\"])")/zz_dsa_kernels.pth" && nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv > $OUT/gpu.txt; timeout 570 python3 .ab/s58/cliff_probe.py $OUT/call1_cliff.json 2>&1 | tail -80

@@ -1,0 +1,1 @@
+source .device/setup.sh && mkdir -p /tmp/dsa && ln -sfn "$PWD/kernels" /tmp/dsa/dsa_kernels && echo /tmp/dsa > "$(python3 -c "import sysconfig; print(sysconfig.get_paths()[\"purelib\"])")/zz_dsa_kernels.pth" && timeout 580 python3 .ab/s58/scan.py $OUT/call2_scan.json 2>&1 | tail -3
