@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from dsa_backend.batch import ForwardBatch, ForwardMode
-from dsa_backend.cache.layout import quantize_fp8_rows
+from dsa_backend.cache.layout import KV_LORA_RANK, ROPE_DIM, quantize_fp8_rows
 from dsa_backend.cache.pools import IndexerKeyPool, MlaKVPool
 from dsa_kernels import reference as ref
 
@@ -50,6 +50,20 @@ def shared_page_walk(batch: ForwardBatch) -> int | None:
     share one walk over its pages (seed 001). None where the counts differ."""
     counts = set(batch.extend_lens_cpu)
     return counts.pop() if len(counts) == 1 else None
+
+
+def request_key_slots(batch: ForwardBatch, requests: slice, key_lens: torch.Tensor,
+                      num_keys: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pool slots of the first key_lens[i] positions of each request of batch rows `requests`,
+    back to back ([num_keys] int64, num_keys = key_lens' sum known on the host), and each request's
+    first row among them ([requests] int64)."""
+    device = key_lens.device
+    base = torch.cumsum(key_lens, 0) - key_lens
+    req_of_key = torch.repeat_interleave(torch.arange(key_lens.shape[0], device=device), key_lens,
+                                         output_size=num_keys)
+    pos = torch.arange(num_keys, device=device) - base[req_of_key]
+    table = batch.block_table[requests].long()
+    return table[req_of_key, pos // batch.page_size] * batch.page_size + pos % batch.page_size, base
 
 
 def positions_to_slots(batch: ForwardBatch, positions: torch.Tensor) -> torch.Tensor:
@@ -260,20 +274,13 @@ class KernelDsaBackend:
         [rows] int32)."""
         import dsa_kernels
 
-        device = q_fp8.device
         # Key counts on the device without a copy from the host (which would wait for the GPU):
         # requests of a run see their seq_len, a slice of one request what its last row sees.
         if piece.requests.stop - piece.requests.start > 1:
             key_lens = batch.seq_lens[piece.requests].long()
         else:
             key_lens = batch.positions[piece.rows.stop - 1 : piece.rows.stop].long() + 1
-        num_keys = sum(piece.key_lens)
-        base = torch.cumsum(key_lens, 0) - key_lens
-        req_of_key = torch.repeat_interleave(torch.arange(len(piece.key_lens), device=device), key_lens,
-                                             output_size=num_keys)
-        pos = torch.arange(num_keys, device=device) - base[req_of_key]
-        table = batch.block_table[piece.requests].long()
-        slots = table[req_of_key, pos // batch.page_size] * batch.page_size + pos % batch.page_size
+        slots, base = request_key_slots(batch, piece.requests, key_lens, sum(piece.key_lens))
         k_fp8, k_scale = ref.gather_index_keys_ref(keys, slots, batch.page_size)
         start = base[request_of_token(batch)[piece.rows] - piece.requests.start]
         end = start + batch.positions[piece.rows].long() + 1
@@ -290,16 +297,49 @@ class KernelDsaBackend:
         if q.dtype != torch.bfloat16 or not (pool.fp8 or kv.dtype == torch.bfloat16) or q.shape[-1] != 576:
             _note_fallback(f"sparse MLA with q {q.dtype} over a {kv.dtype} pool")
             return self.reference.sparse_mla(q, pool, layer, batch, topk_positions, softmax_scale)
-        slots = positions_to_slots(batch, topk_positions).contiguous()
         heads = q.shape[1]
-        if heads % 64:  # FlashMLA and the Triton tiles take heads in multiples of 64; pad with zero queries
-            q = torch.cat([q, q.new_zeros(q.shape[0], 64 - heads % 64, q.shape[2])], dim=1)
-        q = q.contiguous()
-        if pool.fp8 or batch.mode is not ForwardMode.EXTEND:
-            out, _ = dsa_kernels.sparse_mla_decode(q, kv, slots, softmax_scale)
+        q = heads_padded(q)
+        if batch.mode is ForwardMode.EXTEND and pool.fp8 and gathers_fp8_rows(batch, q, topk_positions.shape[1]):
+            rows, first_row = request_key_slots(batch, slice(None), batch.seq_lens.long(), sum(batch.seq_lens_cpu))
+            kv = dsa_kernels.gather_kv_rows(kv, rows.int())
+            indices = ref.ragged_transform_ref(topk_positions, first_row[request_of_token(batch)])
+            out, _ = dsa_kernels.sparse_mla_prefill(q, kv, indices, softmax_scale)
+        elif pool.fp8 or batch.mode is not ForwardMode.EXTEND:
+            out, _ = dsa_kernels.sparse_mla_decode(q, kv, positions_to_slots(batch, topk_positions).contiguous(),
+                                                   softmax_scale)
         else:  # a bf16 pool is a plain [S, 576] KV buffer for the sparse prefill kernel
-            out, _ = dsa_kernels.sparse_mla_prefill(q, kv, slots, softmax_scale)
+            out, _ = dsa_kernels.sparse_mla_prefill(q, kv, positions_to_slots(batch, topk_positions).contiguous(),
+                                                    softmax_scale)
         return out[:, :heads]
+
+
+def heads_padded(q: torch.Tensor) -> torch.Tensor:
+    """q [N, H, 576] with zero queries up to a multiple of 64 heads (FlashMLA and our tiles take
+    heads in 64s), contiguous."""
+    if q.shape[1] % 64:
+        q = torch.cat([q, q.new_zeros(q.shape[0], 64 - q.shape[1] % 64, q.shape[2])], dim=1)
+    return q.contiguous()
+
+
+# A prefill step over an FP8 latent pool runs sparse MLA on FlashMLA's prefill kernel, over its
+# requests' rows gathered and dequantized to bf16 (the ragged top-k transform, seed 002), rather
+# than on the FP8 decode kernel a row a token: 1.09x at 64 tokens, 1.20x at 1024, 1.31-1.34x from
+# 4096 on the H200, and 1.07x still at 256 rows gathered a token (512 tokens of a 128K context),
+# where the gather (3.7 TB/s) eats most of the gain. So from MIN_GATHERING_TOKENS tokens, at most
+# GATHERED_ROWS_PER_TOKEN rows a token, and no more than EXTEND_LOGITS_BYTES of rows
+# (docs/PERFORMANCE.md, "FP8 prefill on FlashMLA's prefill kernel").
+GATHERED_ROWS_PER_TOKEN = 256
+MIN_GATHERING_TOKENS = 64
+
+
+def gathers_fp8_rows(batch: ForwardBatch, q: torch.Tensor, topk: int) -> bool:
+    """Whether an EXTEND step's sparse MLA over an FP8 pool gathers its rows for the prefill kernel."""
+    import dsa_kernels
+
+    rows = sum(batch.seq_lens_cpu)
+    return (batch.num_tokens >= MIN_GATHERING_TOKENS and rows <= GATHERED_ROWS_PER_TOKEN * batch.num_tokens
+            and rows * 2 * (KV_LORA_RANK + ROPE_DIM) <= EXTEND_LOGITS_BYTES
+            and dsa_kernels.sparse_mla_prefill_on_flashmla(q, topk))
 
 
 def default_backend(device: torch.device | str):

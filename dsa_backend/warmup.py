@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dsa_backend.attention import EXTEND_LOGITS_BYTES, KernelDsaBackend, default_backend
+from dsa_backend.attention import (EXTEND_LOGITS_BYTES, KernelDsaBackend, default_backend, gathers_fp8_rows,
+                                   heads_padded, positions_to_slots)
 from dsa_backend.batch import ForwardBatch, ForwardMode
 from dsa_backend.cache import KVCache, pages_needed
 from dsa_backend.config import ModelConfig
@@ -239,4 +240,9 @@ class _Runner:
         for n in rows:
             batch = self.batch(mode, 1, n, self.longest) if mode is ForwardMode.EXTEND else self.batch(mode, n, 1, 1)
             self.backend.sparse_mla(self.q_mla[:n], self.cache.mla, 0, batch, positions.expand(n, -1), self.mla_scale)
+            q = heads_padded(self.q_mla[:n])
+            if mode is ForwardMode.EXTEND and self.cache.mla.fp8 and gathers_fp8_rows(batch, q, self.topk):
+                # as many rows among longer contexts take the FP8 decode kernel instead
+                slots = positions_to_slots(batch, positions.expand(n, -1)).contiguous()
+                dsa_kernels.sparse_mla_decode(q, self.cache.mla.buffer[0], slots, self.mla_scale)
         return len(rows)

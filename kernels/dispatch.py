@@ -385,7 +385,7 @@ def sparse_mla_prefill(q, kv, indices, sm_scale: float, *, backend: str = "auto"
 
     Returns (out [Nq, H, 512] bf16, lse [Nq, H] fp32, natural log).
     """
-    choice = _unless_batch_invariant(_choose(q, backend, "flashmla"), backend)
+    choice = _unless_batch_invariant(_choose(q, backend, _flashmla_prefill_library(indices.shape[1])), backend)
     if choice == "reference":
         out, lse = ref.sparse_mla_ref(q, kv, indices, sm_scale)
         return out.to(torch.bfloat16), lse
@@ -398,6 +398,35 @@ def sparse_mla_prefill(q, kv, indices, sm_scale: float, *, backend: str = "auto"
     from .sparse_mla import sparse_mla
 
     return sparse_mla(q, kv, indices, sm_scale)
+
+
+# FlashMLA's SM90 sparse prefill takes the top-k in blocks of twice its 64 (it asserts as much)
+FLASHMLA_PREFILL_TOPK_MULTIPLE = 128
+
+
+def _flashmla_prefill_library(topk: int) -> str | None:
+    return "flashmla" if topk % FLASHMLA_PREFILL_TOPK_MULTIPLE == 0 else None
+
+
+def sparse_mla_prefill_on_flashmla(q, topk: int) -> bool:
+    """Whether "auto" runs sparse_mla_prefill of q [N, H, 576] at this top-k on FlashMLA's kernel
+    (installed, Hopper or newer, the top-k a multiple of 128, not refused, not under batch-invariant
+    mode): where an FP8 pool's prefill gathers its rows into bf16 for it (dsa_backend/attention.py)."""
+    library = _flashmla_prefill_library(topk)
+    if _unless_batch_invariant(_choose(q, "auto", library), "auto") != "flashmla":
+        return False
+    return ("flashmla", "prefill", q.shape[1], topk) not in _REFUSED
+
+
+def gather_kv_rows(kv_pool, slots, *, backend: str = "auto"):
+    """Rows slots [n] (int32) of an MLA pool, bf16 [S, 576] or FP8 uint8 [S, 656] -> bf16 [n, 576],
+    FP8 rows dequantized (each e4m3 value times its tile's scale in float32, then rounded to bf16):
+    the contiguous KV that sparse_mla_prefill reads. One kernel on a GPU."""
+    if _choose(kv_pool, backend, None, fp8=kv_pool.dtype == torch.uint8) == "reference":
+        return ref.dequantize_mla_rows(kv_pool, slots).to(torch.bfloat16)
+    from .sparse_mla import gather_kv_rows as triton_gather
+
+    return triton_gather(kv_pool, slots)
 
 
 # ---------------------------------------------------------------- the layers' RMSNorm and RoPE

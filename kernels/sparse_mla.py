@@ -47,14 +47,21 @@ _LN2 = tl.constexpr(0.6931471805599453)  # lse leaves in natural log
 
 
 @triton.jit
-def _latent_rows(kv_ptr, kv_f32_ptr, row, ok, FP8: tl.constexpr):
-    """The gathered rows' 512 latent dims as bf16; FP8 bytes: 512 e4m3 | 4 fp32 tile scales | 64 bf16 rope."""
+def _latent_rows_scaled(kv_ptr, kv_f32_ptr, row, ok, FP8: tl.constexpr):
+    """The gathered rows' 512 latent dims: FP8 ones times their tile scales in float32, bf16 ones
+    as they are. FP8 bytes: 512 e4m3 | 4 fp32 tile scales | 64 bf16 rope."""
     k = tl.load(kv_ptr + row[:, None] + tl.arange(0, 512)[None, :], mask=ok[:, None], other=0.0)
     if FP8:
         scale = tl.load(kv_f32_ptr + row[:, None] // 4 + 128 + tl.arange(0, 4)[None, :], mask=ok[:, None], other=0.0)
         rows: tl.constexpr = k.shape[0]
         k = tl.reshape(tl.reshape(k.to(tl.float32), (rows, 4, 128)) * scale[:, :, None], (rows, 512))
-    return k.to(tl.bfloat16)
+    return k
+
+
+@triton.jit
+def _latent_rows(kv_ptr, kv_f32_ptr, row, ok, FP8: tl.constexpr):
+    """The gathered rows' 512 latent dims as bf16."""
+    return _latent_rows_scaled(kv_ptr, kv_f32_ptr, row, ok, FP8).to(tl.bfloat16)
 
 
 @triton.jit
@@ -329,6 +336,46 @@ def gluon_runs_on(device: torch.device) -> bool:
     return sparse_mla_gluon is not None and compiles(_GLUON) and sparse_mla_gluon.runs_on(device)
 
 
+def _pool_views(kv_pool: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], int]:
+    """The pool as _latent_rows and _rope_rows read it (rows, float32 words, bf16 words) and its
+    row stride in the first view's elements."""
+    if kv_pool.dtype == torch.uint8:
+        views = (kv_pool.view(torch.float8_e4m3fn), kv_pool.view(torch.float32), kv_pool.view(torch.bfloat16))
+        return views, MLA_FP8_BYTES
+    return (kv_pool, kv_pool, kv_pool), kv_pool.stride(0)
+
+
+@triton.jit(do_not_specialize=["num_rows"])  # kernels/specialization.py
+def _gather_rows_kernel(kv_ptr, kv_f32_ptr, kv_bf16_ptr, stride_kv, slots_ptr, out_ptr, num_rows,
+                        FP8: tl.constexpr, BLOCK_R: tl.constexpr):
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    ok = r < num_rows
+    row = tl.load(slots_ptr + r, mask=ok, other=0).to(tl.int64) * stride_kv
+    out = out_ptr + r.to(tl.int64)[:, None] * 576
+    latent = _to_bf16(_latent_rows_scaled(kv_ptr, kv_f32_ptr, row, ok, FP8))  # ties to even in the interpreter too
+    tl.store(out + tl.arange(0, 512)[None, :], latent, mask=ok[:, None])
+    tl.store(out + 512 + tl.arange(0, 64)[None, :], _rope_rows(kv_ptr, kv_bf16_ptr, row, ok, FP8), mask=ok[:, None])
+
+
+def gather_kv_rows(kv_pool: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """Rows slots [n] (int32) of a bf16 [S, 576] or FP8 uint8 [S, 656] pool -> bf16 [n, 576],
+    FP8 rows dequantized as the kernels above read them (each e4m3 value times its tile's scale in
+    float32, rounded to bf16): the contiguous KV of a sparse prefill kernel."""
+    fp8 = kv_pool.dtype == torch.uint8
+    if fp8 and (kv_pool.shape[-1] != MLA_FP8_BYTES or not kv_pool.is_contiguous()):
+        raise ValueError(f"FP8 MLA pool must be contiguous uint8 [S, {MLA_FP8_BYTES}]")
+    if not fp8 and (kv_pool.dtype != torch.bfloat16 or kv_pool.shape[-1] != KV_LORA_RANK + ROPE_DIM
+                    or kv_pool.stride(-1) != 1):
+        raise ValueError(f"bf16 MLA pool must be bf16 [S, {KV_LORA_RANK + ROPE_DIM}] with unit last stride")
+    n = slots.numel()
+    out = torch.empty(n, KV_LORA_RANK + ROPE_DIM, device=kv_pool.device, dtype=torch.bfloat16)
+    if n:
+        (views, stride_kv), block_r = _pool_views(kv_pool), 16
+        _gather_rows_kernel[(cdiv(n, block_r),)](*views, stride_kv, slots.reshape(-1), out, n, FP8=fp8,
+                                                 BLOCK_R=block_r, num_warps=4)
+    return out
+
+
 def sparse_mla(
     q: torch.Tensor, kv_pool: torch.Tensor, indices: torch.Tensor, sm_scale: float,
     config: dict | None = None, gluon: bool | None = None,
@@ -369,12 +416,7 @@ def sparse_mla(
     lse = torch.empty(n, heads, device=q.device, dtype=torch.float32)
     if n == 0:
         return out, lse
-    if fp8:
-        views = (kv_pool.view(torch.float8_e4m3fn), kv_pool.view(torch.float32), kv_pool.view(torch.bfloat16))
-        stride_kv = MLA_FP8_BYTES
-    else:
-        views = (kv_pool, kv_pool, kv_pool)
-        stride_kv = kv_pool.stride(0)
+    views, stride_kv = _pool_views(kv_pool)
     keys_per_split = cdiv(cdiv(topk, split), block_n) * block_n
 
     def attend(q, indices, out, lse):  # these rows; split > 1 merges its partials into out, lse

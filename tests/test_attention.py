@@ -74,6 +74,50 @@ def test_kernel_backend_topk_and_attention_equal_the_reference_in_every_mode(con
         torch.testing.assert_close(out.float(), out_ref.float(), rtol=0, atol=1e-2)
 
 
+def _recorded_mla_calls(monkeypatch) -> list:
+    """(kernel, pool dtype, pool rows) of each sparse MLA call the kernel backend makes."""
+    import dsa_kernels
+
+    calls = []
+    for name in ("sparse_mla_prefill", "sparse_mla_decode"):
+        kernel = getattr(dsa_kernels, name)
+        monkeypatch.setattr(dsa_kernels, name, lambda q, kv, idx, scale, _k=kernel, _n=name: calls.append(
+            (_n, kv.dtype, kv.shape[0])) or _k(q, kv, idx, scale))
+    return calls
+
+
+def test_an_fp8_prefill_step_gathers_its_rows_for_the_prefill_kernel(config, monkeypatch):
+    import dsa_kernels
+    from dsa_backend import attention
+
+    lengths = [5, 13, 21]
+    cache, pages = _filled_cache(config, "fp8", lengths)
+    layer = next(iter(cache.indexer.index_of_layer))
+    monkeypatch.setattr(attention, "MIN_GATHERING_TOKENS", 1)
+    monkeypatch.setattr(dsa_kernels, "sparse_mla_prefill_on_flashmla", lambda q, topk: True)  # FlashMLA's place
+    calls = _recorded_mla_calls(monkeypatch)
+    gen = torch.Generator().manual_seed(3)
+    # a whole prompt each, then chunks behind a prefix of 4 (whose rows are gathered too)
+    for prefix in (0, 4):
+        batch = ForwardBatch.build(ForwardMode.EXTEND, [[1] * (n - prefix) for n in lengths], [prefix] * 3, pages, PAGE)
+        q = torch.randn(batch.num_tokens, HEADS, 128, generator=gen)
+        topk = TorchDsaBackend().indexer_topk(q, torch.randn(batch.num_tokens, HEADS, generator=gen), cache.indexer,
+                                              layer, batch, TOPK, 0.1)
+        qa = torch.randn(batch.num_tokens, 4, 576, generator=gen).bfloat16()
+        monkeypatch.setattr(attention, "GATHERED_ROWS_PER_TOKEN", 128)
+        calls.clear()
+        out = KernelDsaBackend().sparse_mla(qa, cache.mla, 0, batch, topk, 0.05)
+        assert calls == [("sparse_mla_prefill", torch.bfloat16, sum(lengths))]
+        want = TorchDsaBackend().sparse_mla(qa, cache.mla, 0, batch, topk, 0.05)
+        # the gathered K and V are rounded to bf16, the reference's are not: the FP8 bound
+        assert float((out.float() - want.float()).norm() / want.float().norm()) < 1e-2
+        # more rows a token than GATHERED_ROWS_PER_TOKEN: the FP8 decode kernel, a row a token
+        monkeypatch.setattr(attention, "GATHERED_ROWS_PER_TOKEN", sum(lengths) // batch.num_tokens - 1)
+        calls.clear()
+        KernelDsaBackend().sparse_mla(qa, cache.mla, 0, batch, topk, 0.05)
+        assert calls == [("sparse_mla_decode", torch.uint8, cache.mla.buffer.shape[1])]
+
+
 def test_reference_topk_is_the_top_of_the_scores(config):
     # score[t, s] = sum_h w relu(scale q.k): recomputed densely from the exact pool.
     lengths = [11]
@@ -303,6 +347,30 @@ def test_engine_greedy_outputs_agree_across_backends_on_cuda(one_layer_checkpoin
     total = sum(len(x) for x in results["torch"])
     print(f"\n[{kv_cache_dtype}] greedy tokens in the common prefix: {same}/{total}")
     assert same >= GREEDY_PREFIX * total
+
+
+@gpu
+def test_an_fp8_prefill_gathered_for_flashmla_matches_the_reference_on_cuda(tmp_path, monkeypatch):
+    import dsa_kernels
+    from dsa_backend import attention
+    from dsa_backend.models import load_model
+    from dsa_backend.tools.make_checkpoint import write_checkpoint
+
+    if not dsa_kernels.available_backends("cuda")["flashmla"]:
+        pytest.skip("FlashMLA not installed")
+    cfg = make_config("deepseek_v32", "tiny")
+    cfg.update(num_hidden_layers=1, index_topk=128)  # a top-k FlashMLA's prefill takes
+    write_checkpoint(cfg, tmp_path / "ckpt", seed=2)
+    model, _ = load_model(tmp_path / "ckpt", torch.bfloat16, "cuda")
+    monkeypatch.setattr(attention, "MIN_GATHERING_TOKENS", 1)
+    calls = _recorded_mla_calls(monkeypatch)
+    prompts = random_prompts((150, 300), seed=6)
+    ref_topk, ref_logits, ref_decode = _prefill_then_decode(model, "fp8", prompts, [5, 6], TorchDsaBackend())
+    topk, logits, decode = _prefill_then_decode(model, "fp8", prompts, [5, 6], KernelDsaBackend())
+    assert calls[0] == ("sparse_mla_prefill", torch.bfloat16, 450) and calls[1][:2] == ("sparse_mla_decode", torch.uint8)
+    assert min(_overlap(a, b) for a, b in zip(topk, ref_topk)) >= TOPK_OVERLAP
+    rel = [float((x - y).abs().max() / y.abs().max()) for x, y in ((logits, ref_logits), (decode, ref_decode))]
+    assert max(rel) <= LOGITS_RTOL, rel
 
 
 @gpu

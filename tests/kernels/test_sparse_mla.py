@@ -76,6 +76,17 @@ def test_prefill_is_the_same_kernel_over_a_ragged_bf16_buffer():
     assert relative_error(out.float(), want) < 5e-3
 
 
+@pytest.mark.parametrize("fp8", [False, True])
+def test_gathered_rows_are_the_pools_rows_dequantized_to_bf16(fp8):
+    pool = _pool(fp8)
+    slots = torch.tensor([7, 0, SLOTS - 1, 7, 33, 2, 64, 65, 12, 40, 41, 42, 43, 44, 45, 46, 47, 1], dtype=torch.int32)
+    got = sparse_mla.gather_kv_rows(pool, slots)  # 18 rows: a ragged second block of 16
+    assert got.dtype == torch.bfloat16 and got.shape == (18, 576)
+    assert torch.equal(got, reference.dequantize_mla_rows(pool, slots).bfloat16())
+    assert torch.equal(dispatch.gather_kv_rows(pool, slots), got)  # the CPU path: the reference
+    assert sparse_mla.gather_kv_rows(pool, slots[:0]).shape == (0, 576)
+
+
 def test_small_decode_batches_split_topk_into_at_most_one_wave_of_64_key_splits():
     # the sweeps' best (128 heads, 132 SMs): split 32 at batch 1, 2 at batch 32; one-tile programs
     # on at most half the SMs: 16 at batch 2 (64 programs of two tiles, not 128 of one)
