@@ -93,7 +93,7 @@ def test_an_fp8_prefill_step_gathers_its_rows_for_the_prefill_kernel(config, mon
     lengths = [5, 13, 21]
     cache, pages = _filled_cache(config, "fp8", lengths)
     layer = next(iter(cache.indexer.index_of_layer))
-    monkeypatch.setattr(attention, "MIN_GATHERING_TOKENS", 1)
+    monkeypatch.setattr(attention, "MIN_GATHERED_HEAD_ROWS", 1)
     monkeypatch.setattr(dsa_kernels, "sparse_mla_prefill_on_flashmla", lambda q, topk: True)  # FlashMLA's place
     calls = _recorded_mla_calls(monkeypatch)
     gen = torch.Generator().manual_seed(3)
@@ -116,6 +116,25 @@ def test_an_fp8_prefill_step_gathers_its_rows_for_the_prefill_kernel(config, mon
         calls.clear()
         KernelDsaBackend().sparse_mla(qa, cache.mla, 0, batch, topk, 0.05)
         assert calls == [("sparse_mla_decode", torch.uint8, cache.mla.buffer.shape[1])]
+
+
+def test_the_gather_needs_enough_query_heads_few_rows_a_token_and_flashmla(monkeypatch):
+    import types
+
+    import dsa_kernels
+    from dsa_backend import attention
+
+    monkeypatch.setattr(dsa_kernels, "sparse_mla_prefill_on_flashmla", lambda q, topk: topk == 2048)
+
+    def gathers(tokens, heads, rows, topk=2048):
+        batch = types.SimpleNamespace(num_tokens=tokens, seq_lens_cpu=[rows])
+        return attention.gathers_fp8_rows(batch, torch.empty(tokens, heads, 576, device="meta"), topk)
+
+    assert gathers(128, 128, 128) and not gathers(127, 128, 127)  # 128 x 128 query heads
+    assert gathers(256, 64, 256) and not gathers(255, 64, 255)
+    assert gathers(512, 128, 256 * 512) and not gathers(512, 128, 256 * 512 + 1)  # rows a token
+    assert not gathers(8192, 128, (1 << 30) // 1152 + 1)  # the gathered rows' bytes
+    assert not gathers(512, 128, 512, topk=2000)  # FlashMLA's prefill does not take it
 
 
 def test_reference_topk_is_the_top_of_the_scores(config):
@@ -362,7 +381,7 @@ def test_an_fp8_prefill_gathered_for_flashmla_matches_the_reference_on_cuda(tmp_
     cfg.update(num_hidden_layers=1, index_topk=128)  # a top-k FlashMLA's prefill takes
     write_checkpoint(cfg, tmp_path / "ckpt", seed=2)
     model, _ = load_model(tmp_path / "ckpt", torch.bfloat16, "cuda")
-    monkeypatch.setattr(attention, "MIN_GATHERING_TOKENS", 1)
+    monkeypatch.setattr(attention, "MIN_GATHERED_HEAD_ROWS", 1)
     calls = _recorded_mla_calls(monkeypatch)
     prompts = random_prompts((150, 300), seed=6)
     ref_topk, ref_logits, ref_decode = _prefill_then_decode(model, "fp8", prompts, [5, 6], TorchDsaBackend())
