@@ -116,6 +116,38 @@ def ragged_pieces(extend_lens: list[int], seq_lens: list[int], max_logits: int) 
     return pieces
 
 
+def heads_padded(q: torch.Tensor) -> torch.Tensor:
+    """q [N, H, 576] with zero queries up to a multiple of 64 heads (FlashMLA and our tiles take
+    heads in 64s), contiguous."""
+    if q.shape[1] % 64:
+        q = torch.cat([q, q.new_zeros(q.shape[0], 64 - q.shape[1] % 64, q.shape[2])], dim=1)
+    return q.contiguous()
+
+
+# A prefill step over an FP8 latent pool runs sparse MLA on FlashMLA's prefill kernel, over its
+# requests' rows gathered and dequantized to bf16 (the ragged top-k transform, seed 002), rather
+# than on the FP8 decode kernel a row a token. On the H200 (docs/PERFORMANCE.md, "FP8 prefill on
+# FlashMLA's prefill kernel"): at 128 heads 1.10x from 128 tokens, 1.20x at 1024, 1.31-1.34x from
+# 4096; at 64 heads 1.42-1.48x from 256 tokens but 0.85x at 64 and 0.36x at 16, where the prefill
+# kernel's ~62 µs floor shows. Hence from MIN_GATHERED_HEAD_ROWS query tokens x heads. The gather
+# reads at 3.7 TB/s: at 256 rows a token (512 tokens of a 128K context) the gain is down to 1.06x,
+# hence at most GATHERED_ROWS_PER_TOKEN rows a token, and no more than EXTEND_LOGITS_BYTES of rows.
+MIN_GATHERED_HEAD_ROWS = 128 * 128
+GATHERED_ROWS_PER_TOKEN = 256
+
+
+def gathers_fp8_rows(batch: ForwardBatch, q: torch.Tensor, topk: int) -> bool:
+    """Whether an EXTEND step's sparse MLA of q [tokens, heads (padded), 576] over an FP8 pool
+    gathers its rows for the prefill kernel."""
+    import dsa_kernels
+
+    rows = sum(batch.seq_lens_cpu)
+    return (batch.num_tokens * q.shape[1] >= MIN_GATHERED_HEAD_ROWS
+            and rows <= GATHERED_ROWS_PER_TOKEN * batch.num_tokens
+            and rows * 2 * (KV_LORA_RANK + ROPE_DIM) <= EXTEND_LOGITS_BYTES
+            and dsa_kernels.sparse_mla_prefill_on_flashmla(q, topk))
+
+
 def fold_indexer_scales(q: torch.Tensor, weights: torch.Tensor, fp8: bool,
                         softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """q [T, H, D], weights [T, H] -> (q as the logits kernels take it, weights [T, H] fp32).
@@ -311,38 +343,6 @@ class KernelDsaBackend:
             out, _ = dsa_kernels.sparse_mla_prefill(q, kv, positions_to_slots(batch, topk_positions).contiguous(),
                                                     softmax_scale)
         return out[:, :heads]
-
-
-def heads_padded(q: torch.Tensor) -> torch.Tensor:
-    """q [N, H, 576] with zero queries up to a multiple of 64 heads (FlashMLA and our tiles take
-    heads in 64s), contiguous."""
-    if q.shape[1] % 64:
-        q = torch.cat([q, q.new_zeros(q.shape[0], 64 - q.shape[1] % 64, q.shape[2])], dim=1)
-    return q.contiguous()
-
-
-# A prefill step over an FP8 latent pool runs sparse MLA on FlashMLA's prefill kernel, over its
-# requests' rows gathered and dequantized to bf16 (the ragged top-k transform, seed 002), rather
-# than on the FP8 decode kernel a row a token. On the H200 (docs/PERFORMANCE.md, "FP8 prefill on
-# FlashMLA's prefill kernel"): at 128 heads 1.10x from 128 tokens, 1.20x at 1024, 1.31-1.34x from
-# 4096; at 64 heads 1.42-1.48x from 256 tokens but 0.85x at 64 and 0.36x at 16, where the prefill
-# kernel's ~62 µs floor shows. Hence from MIN_GATHERED_HEAD_ROWS query tokens x heads. The gather
-# reads at 3.7 TB/s: at 256 rows a token (512 tokens of a 128K context) the gain is down to 1.06x,
-# hence at most GATHERED_ROWS_PER_TOKEN rows a token, and no more than EXTEND_LOGITS_BYTES of rows.
-MIN_GATHERED_HEAD_ROWS = 128 * 128
-GATHERED_ROWS_PER_TOKEN = 256
-
-
-def gathers_fp8_rows(batch: ForwardBatch, q: torch.Tensor, topk: int) -> bool:
-    """Whether an EXTEND step's sparse MLA of q [tokens, heads (padded), 576] over an FP8 pool
-    gathers its rows for the prefill kernel."""
-    import dsa_kernels
-
-    rows = sum(batch.seq_lens_cpu)
-    return (batch.num_tokens * q.shape[1] >= MIN_GATHERED_HEAD_ROWS
-            and rows <= GATHERED_ROWS_PER_TOKEN * batch.num_tokens
-            and rows * 2 * (KV_LORA_RANK + ROPE_DIM) <= EXTEND_LOGITS_BYTES
-            and dsa_kernels.sparse_mla_prefill_on_flashmla(q, topk))
 
 
 def default_backend(device: torch.device | str):

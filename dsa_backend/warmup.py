@@ -240,9 +240,10 @@ class _Runner:
         for n in rows:
             batch = self.batch(mode, 1, n, self.longest) if mode is ForwardMode.EXTEND else self.batch(mode, n, 1, 1)
             self.backend.sparse_mla(self.q_mla[:n], self.cache.mla, 0, batch, positions.expand(n, -1), self.mla_scale)
-            q = heads_padded(self.q_mla[:n])
-            if mode is ForwardMode.EXTEND and self.cache.mla.fp8 and gathers_fp8_rows(batch, q, self.topk):
-                # as many rows among longer contexts take the FP8 decode kernel instead
-                slots = positions_to_slots(batch, positions.expand(n, -1)).contiguous()
-                dsa_kernels.sparse_mla_decode(q, self.cache.mla.buffer[0], slots, self.mla_scale)
+            if mode is ForwardMode.EXTEND and self.cache.mla.fp8:
+                q = heads_padded(self.q_mla[:n])
+                if gathers_fp8_rows(batch, q, self.topk):  # the step gathered: as many rows among
+                    # longer contexts take the FP8 decode kernel instead
+                    slots = positions_to_slots(batch, positions.expand(n, -1)).contiguous()
+                    dsa_kernels.sparse_mla_decode(q, self.cache.mla.buffer[0], slots, self.mla_scale)
         return len(rows)
