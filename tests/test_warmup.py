@@ -112,6 +112,26 @@ def test_warm_up_runs_every_step_shape_and_gives_its_pages_back(monkeypatch):
     assert {c[3] for c in prefill} == set(range(1, 9)) and max(c[4] for c in prefill) == 100
 
 
+def test_where_a_prefill_step_gathers_the_warm_up_runs_the_fp8_decode_kernel_too(monkeypatch):
+    import collections
+
+    import dsa_kernels
+
+    config = ModelConfig.from_dict(make_config("deepseek_v32", "tiny"))
+    cache = KVCache(config, 40, 16, dtype=torch.bfloat16, kv_cache_dtype="fp8")  # bf16 q: the kernels' path
+    monkeypatch.setattr(warmup, "default_backend", lambda device: CountingBackend())
+    # the warm-up's view: EXTEND steps of 4 rows and more gather (the backend itself, on the CPU, does not)
+    monkeypatch.setattr(warmup, "gathers_fp8_rows", lambda batch, q, topk: batch.num_tokens >= 4)
+    rows = collections.Counter()
+    decode = dsa_kernels.sparse_mla_decode
+    monkeypatch.setattr(dsa_kernels, "sparse_mla_decode", lambda q, kv, idx, scale: rows.update([q.shape[0]]) or
+                        decode(q, kv, idx, scale))
+    warmup.warm_up(cache, config, warmup.WarmupShapes(max_running_requests=3, max_num_batched_tokens=8,
+                                                      max_context_len=100, tokens_per_verify=2))
+    # decode rows 1-6 and EXTEND rows 1-8 through the backend, and once more at the gathering rows
+    assert rows == {1: 2, 2: 2, 3: 2, 4: 3, 5: 3, 6: 3, 7: 2, 8: 2}
+
+
 def test_warm_up_compiles_nothing_on_the_cpu():
     config = ModelConfig.from_dict(make_config("deepseek_v32", "tiny"))
     cache = KVCache(config, 8, 16, dtype=torch.float32)
