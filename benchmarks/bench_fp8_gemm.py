@@ -20,12 +20,12 @@ dense MLP (a shared expert's widths, and the dense layers') with gate and up in 
 activation quantized in one pass, against a GEMM a projection with torch's SiLU and product
 between. The halves rows calibrate each of the engine's FP8 GEMM shapes as the warm-up does
 (dsa_kernels.calibrate_fp8_linear, up to --max-rows rows) and time, at each row count it splits,
-DeepGEMM on the two row halves (`auto`) against its one call (`whole`) and ours. The experts rows time one MoE layer's routed experts (dsa_backend/models/moe.py's
-Experts, 8 a token, random routing) with e4m3 weights as the engine runs them (`auto`: DeepGEMM's
-grouped GEMM from DEEPGEMM_GROUPED_PAIRS pairs, on runs aligned for it), on our grouped GEMM
-alone (`ours`), and with bf16 weights; their roofline is the distinct experts' e4m3 weights,
-their TFLOP/s the three GEMMs' products of every pair. Prints one JSON line a row, then the
-whole result.
+DeepGEMM on the two row halves (`auto`) against its one call (`whole`) and ours. The experts
+rows time one MoE layer's routed experts (dsa_backend/models/moe.py's Experts, 8 a token, random
+routing) with e4m3 weights as the engine runs them (`auto`: DeepGEMM's grouped GEMM from
+DEEPGEMM_GROUPED_PAIRS pairs, on runs aligned for it), on our grouped GEMM alone (`ours`), and
+with bf16 weights; their roofline is the distinct experts' e4m3 weights, their TFLOP/s the three
+GEMMs' products of every pair. Prints one JSON line a row, then the whole result.
 """
 
 from __future__ import annotations
