@@ -336,12 +336,10 @@ class KernelDsaBackend:
             kv = dsa_kernels.gather_kv_rows(kv, rows.int())
             indices = ref.ragged_transform_ref(topk_positions, first_row[request_of_token(batch)])
             out, _ = dsa_kernels.sparse_mla_prefill(q, kv, indices, softmax_scale)
-        elif pool.fp8 or batch.mode is not ForwardMode.EXTEND:
-            out, _ = dsa_kernels.sparse_mla_decode(q, kv, positions_to_slots(batch, topk_positions).contiguous(),
-                                                   softmax_scale)
         else:  # a bf16 pool is a plain [S, 576] KV buffer for the sparse prefill kernel
-            out, _ = dsa_kernels.sparse_mla_prefill(q, kv, positions_to_slots(batch, topk_positions).contiguous(),
-                                                    softmax_scale)
+            prefill = batch.mode is ForwardMode.EXTEND and not pool.fp8
+            kernel = dsa_kernels.sparse_mla_prefill if prefill else dsa_kernels.sparse_mla_decode
+            out, _ = kernel(q, kv, positions_to_slots(batch, topk_positions).contiguous(), softmax_scale)
         return out[:, :heads]
 
 
