@@ -67,22 +67,25 @@ class ServerMetrics:
         self.spec_draft_tokens = drafted.Metric(labels=labels)
         self.spec_accepted_tokens = accepted.Metric(labels=labels)
         self.spec_accept_length = accept_length.Metric(labels=labels, buckets=ACCEPT_LENGTH_BUCKETS)
+        self._counters = {"generation": self.generation_tokens, "drafted": self.spec_draft_tokens,
+                          "accepted": self.spec_accepted_tokens}
+        self._pending_counts = dict.fromkeys(self._counters, 0)
 
     def request_admitted(self, prompt_tokens: int) -> None:
         self.prompt_tokens.increment(prompt_tokens)
 
     def reply_sent(self, reply: Reply, finish_reason: str) -> None:
-        if reply.new_tokens:
-            self.generation_tokens.increment(reply.new_tokens)
+        # Every update is a message to the server process, so the counters add up here and go
+        # out with the gauges (engine_stats: every 0.1 s, and before a request's last response).
+        self._pending_counts["generation"] += reply.new_tokens
+        self._pending_counts["drafted"] += reply.new_draft_tokens
+        self._pending_counts["accepted"] += reply.new_accepted_draft_tokens
         if reply.ttft_s is not None:
             self.ttft.observe(reply.ttft_s)
         if reply.itl_s is not None:
             self.itl.observe(reply.itl_s)
-        if reply.new_draft_tokens:
-            # One verify step per reply: the engine reports each request once per step.
-            self.spec_draft_tokens.increment(reply.new_draft_tokens)
-            self.spec_accepted_tokens.increment(reply.new_accepted_draft_tokens)
-            self.spec_accept_length.observe(reply.new_accepted_draft_tokens + 1)
+        for length in reply.accept_lengths:
+            self.spec_accept_length.observe(length)
         if reply.final:
             self.request_finished(finish_reason)
 
@@ -94,6 +97,10 @@ class ServerMetrics:
         self._requests[reason].increment(1)
 
     def engine_stats(self, stats: dict) -> None:
+        for key, count in self._pending_counts.items():
+            if count:
+                self._counters[key].increment(count)
+                self._pending_counts[key] = 0
         # Pages first, so that a scrape between two sets sees a finished request's pages freed no
         # later than the request gone. The gauges are separate updates all the same: a scrape on
         # the CI machine once read running == 0 beside the page count of the refresh before.

@@ -1,17 +1,20 @@
 """One dsa_llm request: engine outputs -> the replies sent to postprocessing, and its timings.
 
-Streaming requests get one reply per engine step that produced tokens; the others get one reply at
-the end. Each reply carries a detokenizer window (token_window, text_start, text_end) so that the
+Streaming requests get one reply per engine step that produced tokens, or per several when the
+sender is behind the engine (one reply covers every step since the last); the others get one
+reply at the end. Each reply carries a detokenizer window (token_window, text_start, text_end) so that the
 stateless postprocessing step can cut the exact text delta out of it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from dsa_backend.detokenizer import IncrementalDetokenizer, TextWindow
+from dsa_backend.engine import RequestOutput
 from dsa_backend.serving.request_params import LLMRequest
 from dsa_backend.tokenizer import Tokenizer
 
@@ -25,10 +28,12 @@ class Reply:
     error: str | None = None
     new_tokens: int = 0
     ttft_s: float | None = None          # set on the step that produced the first token
-    itl_s: float | None = None           # seconds per token since the previous step's tokens
-    # speculative decoding: draft tokens verified in this engine step, and how many were accepted
+    itl_s: float | None = None           # seconds per token since the previous reply's tokens
+    # speculative decoding: draft tokens verified since the last reply, how many were accepted,
+    # and each verify step's accept length (accepted + 1; a reply may cover several steps)
     new_draft_tokens: int = 0
     new_accepted_draft_tokens: int = 0
+    accept_lengths: tuple[int, ...] = ()
 
 
 class ResponseStream:
@@ -53,33 +58,34 @@ class ResponseStream:
         """A stop string ended the text before the engine finished: the engine must abort it."""
         return self.detok.stopped
 
-    def on_output(self, out, now: float) -> Reply | None:
-        """Turn one RequestOutput into the reply to send now, if any."""
+    def on_output(self, outs: Sequence[RequestOutput], now: float) -> Reply | None:
+        """Turn the engine's outputs for this request since the last reply (one or more steps',
+        in order) into the one reply to send now, if any. Under load the sender falls behind the
+        engine, and one response a step would only put it further behind."""
         if self.finished:
             return None
-        if out.error:
+        error = next((o.error for o in outs if o.error), None)
+        if error:
             self.finished = True
-            return Reply(None, True, error=out.error)
-        n = len(out.new_token_ids)
+            return Reply(None, True, error=error)
+        out = outs[-1]
+        new_token_ids = [t for o in outs for t in o.new_token_ids]
+        n = len(new_token_ids)
         ttft = now - self.arrival if n and self._last_token_at is None else None
         itl = (now - self._last_token_at) / n if n and self._last_token_at is not None else None
         if n:
             self._last_token_at = now
-        if out.new_logprobs:
-            self._logprobs += out.new_logprobs
-        if out.cumulative_logprob is not None:
-            self._cumulative_logprob = out.cumulative_logprob
-        # The engine's counts are cumulative (an error output carries zeros: keep the last seen).
-        drafted = max(out.num_draft_tokens - self.num_draft_tokens, 0)
-        accepted = max(out.num_accepted_draft_tokens - self.num_accepted_draft_tokens, 0)
-        self.num_draft_tokens += drafted
-        self.num_accepted_draft_tokens += accepted
-        spec = {"new_draft_tokens": drafted, "new_accepted_draft_tokens": accepted}
-        window = self.detok.add(out.new_token_ids, finished=out.finished)
+        new_logprobs = [lp for o in outs for lp in o.new_logprobs or ()]
+        self._logprobs += new_logprobs
+        cumulative = [o.cumulative_logprob for o in outs if o.cumulative_logprob is not None]
+        if cumulative:
+            self._cumulative_logprob = cumulative[-1]
+        spec = self._count_drafts(outs)
+        window = self.detok.add(new_token_ids, finished=out.finished)
         self.finished = out.finished or self.detok.stopped
         reason = "stop" if self.detok.stopped else (out.finish_reason or "") if self.finished else ""
         if self.request.stream:
-            logprobs = out.new_logprobs or []
+            logprobs = new_logprobs
         elif self.finished:
             window, logprobs = self._whole_text_window(), self._logprobs
         else:
@@ -101,6 +107,23 @@ class ResponseStream:
             "request_id": np.array([self.request_id.encode()], dtype=np.object_),
         }
         return Reply(outputs, self.finished, new_tokens=n, ttft_s=ttft, itl_s=itl, **spec)
+
+    def _count_drafts(self, outs: Sequence[RequestOutput]) -> dict:
+        """The drafts verified in these steps, how many were accepted, and each verify step's
+        accept length (accepted + 1). The engine's counts are cumulative; an error output carries
+        zeros, so the last seen is kept."""
+        drafted = accepted = 0
+        accept_lengths = []
+        for o in outs:
+            step_drafted = max(o.num_draft_tokens - self.num_draft_tokens, 0)
+            step_accepted = max(o.num_accepted_draft_tokens - self.num_accepted_draft_tokens, 0)
+            self.num_draft_tokens += step_drafted
+            self.num_accepted_draft_tokens += step_accepted
+            if step_drafted:
+                accept_lengths.append(step_accepted + 1)
+            drafted, accepted = drafted + step_drafted, accepted + step_accepted
+        return {"new_draft_tokens": drafted, "new_accepted_draft_tokens": accepted,
+                "accept_lengths": tuple(accept_lengths)}
 
     @property
     def acceptance_rate(self) -> float:

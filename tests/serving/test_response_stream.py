@@ -25,7 +25,7 @@ def reply_text(tokenizer, reply):
 
 def run(tokenizer, request, outs):
     stream = ResponseStream("r", request, tokenizer, arrival=0.0)
-    return [r for i, out in enumerate(outs) if (r := stream.on_output(out, now=0.1 * (i + 1)))]
+    return [r for i, out in enumerate(outs) if (r := stream.on_output([out], now=0.1 * (i + 1)))]
 
 
 def test_streaming_sends_one_reply_per_step_and_the_last_is_final(tokenizer):
@@ -51,7 +51,7 @@ def test_non_streaming_sends_one_reply_with_the_prompt_unless_excluded(tokenizer
 def test_a_stop_string_ends_the_reply_early(tokenizer):
     request = LLMRequest([5], SamplingParams(max_tokens=16, stop=("STOP",)), stream=True)
     stream = ResponseStream("r", request, tokenizer, arrival=0.0)
-    replies = [stream.on_output(out, 1.0) for out in outputs(tokenizer, "go go STOP more words")]
+    replies = [stream.on_output([out], 1.0) for out in outputs(tokenizer, "go go STOP more words")]
     final = [i for i, r in enumerate(replies) if r and r.final][0]
     assert stream.stopped_by_string
     assert all(r is None for r in replies[final + 1:])
@@ -61,14 +61,14 @@ def test_a_stop_string_ends_the_reply_early(tokenizer):
 
 def test_an_engine_error_becomes_a_final_error_reply(tokenizer):
     stream = ResponseStream("r", LLMRequest([5], SamplingParams(max_tokens=4)), tokenizer, arrival=0.0)
-    reply = stream.on_output(RequestOutput("r", [], None, None, True, "error", 1, 0, error="boom"), 1.0)
+    reply = stream.on_output([RequestOutput("r", [], None, None, True, "error", 1, 0, error="boom")], 1.0)
     assert reply.final and reply.error == "boom" and reply.outputs is None
 
 
 def test_log_probs_are_sent_only_when_asked(tokenizer):
     request = LLMRequest([5], SamplingParams(max_tokens=2, logprobs=True), stream=True)
     out = RequestOutput("r", [100], [-0.5], -0.5, True, "length", 1, 1)
-    reply = ResponseStream("r", request, tokenizer, arrival=0.0).on_output(out, 1.0)
+    reply = ResponseStream("r", request, tokenizer, arrival=0.0).on_output([out], 1.0)
     assert np.allclose(reply.outputs["output_log_probs"], [-0.5])
     assert np.allclose(reply.outputs["cum_log_probs"], [-0.5])
 
@@ -78,13 +78,14 @@ def test_acceptance_counts_are_cumulative_and_an_error_output_does_not_reset_the
     stream = ResponseStream("r", request, tokenizer, arrival=0.0)
     # (new tokens, drafted so far, accepted so far)
     steps = [([10], 0, 0), ([11, 12], 2, 1), ([13], 4, 1), ([14, 15, 16], 6, 3)]
-    replies = [stream.on_output(RequestOutput("r", ids, None, None, i == 3, "length" if i == 3 else None, 3, 0,
-                                              num_draft_tokens=d, num_accepted_draft_tokens=a), now=0.1 * (i + 1))
+    replies = [stream.on_output([RequestOutput("r", ids, None, None, i == 3, "length" if i == 3 else None, 3, 0,
+                                               num_draft_tokens=d, num_accepted_draft_tokens=a)], now=0.1 * (i + 1))
                for i, (ids, d, a) in enumerate(steps)]
     assert [int(r.outputs["total_draft_tokens"][0]) for r in replies] == [0, 2, 4, 6]
     assert [int(r.outputs["total_accepted_draft_tokens"][0]) for r in replies] == [0, 1, 1, 3]
     assert [float(r.outputs["acceptance_rate"][0]) for r in replies] == [0.0, 0.5, 0.25, 0.5]
     assert [(r.new_draft_tokens, r.new_accepted_draft_tokens) for r in replies] == [(0, 0), (2, 1), (2, 0), (2, 2)]
+    assert [r.accept_lengths for r in replies] == [(), (2,), (1,), (3,)]
     assert stream.acceptance_rate == 0.5
 
 
@@ -94,3 +95,32 @@ def test_without_speculation_the_acceptance_outputs_are_zero(tokenizer):
     o = reply.outputs
     assert (o["acceptance_rate"][0], o["total_accepted_draft_tokens"][0], o["total_draft_tokens"][0]) == (0, 0, 0)
     assert o["acceptance_rate"].dtype == "float32" and o["total_draft_tokens"].dtype == "int32"
+
+
+def test_one_reply_for_several_steps_carries_what_one_reply_a_step_would(tokenizer):
+    """The sender merges the steps it fell behind on: the text, counts and log probs are the same."""
+    text = "Hello 世界 🎉 and more words"
+    request = LLMRequest([5, 6, 7], SamplingParams(max_tokens=32, logprobs=True), stream=True)
+    ids = tokenizer.encode(text)
+    steps = [RequestOutput("r", [t], [-0.1 * (i + 1)], -0.1 * sum(range(1, i + 2)), i == len(ids) - 1,
+                           "length" if i == len(ids) - 1 else None, 3, i + 1,
+                           num_draft_tokens=2 * (i + 1), num_accepted_draft_tokens=i + 1 - i % 2)
+             for i, t in enumerate(ids)]
+    stream = ResponseStream("r", request, tokenizer, arrival=0.0)
+    groups = [steps[:1], steps[1:4], steps[4:5], steps[5:]]
+    replies = [stream.on_output(group, now=float(i + 1)) for i, group in enumerate(groups)]
+    assert "".join(reply_text(tokenizer, r) for r in replies) == text
+    assert [r.new_tokens for r in replies] == [len(g) for g in groups]
+    assert [r.final for r in replies] == [False, False, False, True]
+    assert np.allclose(np.concatenate([r.outputs["output_log_probs"] for r in replies]),
+                       [-0.1 * (i + 1) for i in range(len(ids))])
+    assert np.isclose(replies[-1].outputs["cum_log_probs"][0], steps[-1].cumulative_logprob)
+    assert int(replies[-1].outputs["num_output_tokens"][0]) == len(ids)
+    # each verify step keeps its own accept length inside a merged reply
+    accepted = [0] + [s.num_accepted_draft_tokens for s in steps]
+    assert [length for r in replies for length in r.accept_lengths] == [
+        b - a + 1 for a, b in zip(accepted, accepted[1:])]
+    assert sum(r.new_draft_tokens for r in replies) == 2 * len(ids)
+    assert sum(r.new_accepted_draft_tokens for r in replies) == steps[-1].num_accepted_draft_tokens
+    # TTFT at the first reply, ITL per token since the previous reply
+    assert replies[0].ttft_s == 1.0 and replies[1].itl_s == 1.0 / 3

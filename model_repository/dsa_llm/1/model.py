@@ -1,7 +1,8 @@
 """dsa_llm: a decoupled python model that owns one dsa_backend engine.
 
 execute() only parses each request and hands it to the engine thread; responses are sent from
-one sender thread as the engine produces tokens, the last one with the FINAL flag. Between
+one sender thread as the engine produces tokens (one a request for all its steps the thread has
+not sent yet), the last one with the FINAL flag. Between
 outputs the same thread polls for cancelled requests (aborting them in the engine) and refreshes
 the engine gauges: a response sender must only be used by the thread that sends its FINAL
 response, since asking a finished one is_cancelled() crashes the 2.51 server.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import sys
 import threading
 import time
 import uuid
@@ -26,6 +28,11 @@ from dsa_backend.serving.response_stream import ResponseStream
 logger = logging.getLogger("dsa_llm")
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 _POLL_INTERVAL_S = 0.1
+# The engine thread and the sender thread share this process's GIL. At Python's default switch
+# interval (5 ms) a thread that wants it back (the engine after a wait on the GPU, the sender
+# after each message to the server) can wait that long for the other to yield it, and under load
+# the two convoy (docs/PERFORMANCE.md, "Serving: the engine against the served engine").
+_GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 class _Active:
@@ -40,6 +47,7 @@ class _Active:
 class TritonPythonModel:
     def initialize(self, args):
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
         params = triton_io.model_parameters(args)
         device = params.get("device", "auto")
         if args.get("model_instance_kind") == "GPU" and device == "auto":
@@ -131,38 +139,51 @@ class TritonPythonModel:
 
     def _send_loop(self) -> None:
         # Runs detokenization and IPC off the engine thread, in the order the engine produced.
+        # Each pass takes everything queued and sends one response a request: under load the
+        # engine makes tokens faster than this thread can send a response a token, and a reply
+        # that covers several steps costs what one step's does (docs/PERFORMANCE.md, "Serving").
         next_poll = time.monotonic()
-        while True:
+        stopping = False
+        while not stopping:
             try:
-                item = self.outputs.get(timeout=max(next_poll - time.monotonic(), 0.0))
+                items = [self.outputs.get(timeout=max(next_poll - time.monotonic(), 0.0))]
             except queue.Empty:
-                item = ()
-            if item is None:
-                return
-            if item:
-                self._handle_output(*item)
+                items = []
+            while True:
+                try:
+                    items.append(self.outputs.get_nowait())
+                except queue.Empty:
+                    break
+            if None in items:
+                stopping, items = True, items[:items.index(None)]
+            pending: dict[str, list] = {}
+            for request_id, out, _ in items:
+                pending.setdefault(request_id, []).append(out)
+            now = items[-1][2] if items else time.monotonic()
+            for request_id, outs in pending.items():
+                self._handle_outputs(request_id, outs, now)
             if time.monotonic() >= next_poll:
                 self._poll()
                 next_poll = time.monotonic() + _POLL_INTERVAL_S
 
-    def _handle_output(self, request_id: str, out, now: float) -> None:
+    def _handle_outputs(self, request_id: str, outs: list, now: float) -> None:
         with self.lock:
             active = self.active.get(request_id)
         if active is None:
             return
         try:
-            self._send_reply(request_id, active, out, now)
+            self._send_reply(request_id, active, outs, now)
         except Exception:
             logger.exception("dsa_llm: sending a response for %s failed", request_id)
             self._finish(request_id, active, None, "error")
 
-    def _send_reply(self, request_id: str, active: _Active, out, now: float) -> None:
-        reply = active.stream.on_output(out, now)
+    def _send_reply(self, request_id: str, active: _Active, outs: list, now: float) -> None:
+        reply = active.stream.on_output(outs, now)
         if reply is None:
             return
-        if active.stream.stopped_by_string and not out.finished:
+        if active.stream.stopped_by_string and not outs[-1].finished:
             self.runner.abort(request_id)      # its text ended at a stop string
-        reason = "error" if reply.error else (out.finish_reason or "stop") if reply.final else ""
+        reason = "error" if reply.error else (outs[-1].finish_reason or "stop") if reply.final else ""
         self.metrics.reply_sent(reply, reason)
         if active.cancelled:
             if not reply.final:
