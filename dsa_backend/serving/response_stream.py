@@ -2,8 +2,8 @@
 
 Streaming requests get one reply per engine step that produced tokens, or per several when the
 sender is behind the engine (one reply covers every step since the last); the others get one
-reply at the end. Each reply carries a detokenizer window (token_window, text_start, text_end) so that the
-stateless postprocessing step can cut the exact text delta out of it.
+reply at the end. Each reply carries a detokenizer window so that the stateless postprocessing
+step can cut the exact text delta out of it, in the tensors of dsa_backend.serving.reply_layout.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 
 from dsa_backend.detokenizer import IncrementalDetokenizer, TextWindow
 from dsa_backend.engine import RequestOutput
+from dsa_backend.serving import reply_layout
 from dsa_backend.serving.request_params import LLMRequest
 from dsa_backend.tokenizer import Tokenizer
 
@@ -90,22 +91,15 @@ class ResponseStream:
             window, logprobs = self._whole_text_window(), self._logprobs
         else:
             return Reply(None, False, new_tokens=n, ttft_s=ttft, itl_s=itl, **spec)
-        outputs = {
-            "token_window": np.array(window.token_ids, dtype=np.int32),
-            "text_start": np.array([window.text_start], dtype=np.int32),
-            "text_end": np.array([window.text_end], dtype=np.int32),
-            "cum_log_probs": np.array([self._cumulative_logprob], dtype=np.float32),
-            "output_log_probs": np.array(logprobs if self.request.params.logprobs else [], dtype=np.float32),
-            "finish_reason": np.array([reason.encode()], dtype=np.object_),
-            "num_input_tokens": np.array([out.num_prompt_tokens], dtype=np.int32),
-            "num_output_tokens": np.array([out.num_output_tokens], dtype=np.int32),
-            "num_cached_tokens": np.array([out.num_cached_tokens], dtype=np.int32),
-            "acceptance_rate": np.array([self.acceptance_rate], dtype=np.float32),
-            "total_accepted_draft_tokens": np.array([self.num_accepted_draft_tokens], dtype=np.int32),
-            "total_draft_tokens": np.array([self.num_draft_tokens], dtype=np.int32),
-            "skip_special_tokens": np.array([self.detok.skip_special_tokens]),
-            "request_id": np.array([self.request_id.encode()], dtype=np.object_),
-        }
+        outputs = reply_layout.pack(
+            window,
+            ints={"num_input_tokens": out.num_prompt_tokens, "num_output_tokens": out.num_output_tokens,
+                  "num_cached_tokens": out.num_cached_tokens,
+                  "total_accepted_draft_tokens": self.num_accepted_draft_tokens,
+                  "total_draft_tokens": self.num_draft_tokens, "skip_special_tokens": self.detok.skip_special_tokens},
+            floats={"cum_log_probs": self._cumulative_logprob, "acceptance_rate": self.acceptance_rate},
+            log_probs=logprobs if self.request.params.logprobs else [],
+            strings={"finish_reason": reason, "request_id": self.request_id})
         return Reply(outputs, self.finished, new_tokens=n, ttft_s=ttft, itl_s=itl, **spec)
 
     def _count_drafts(self, outs: Sequence[RequestOutput]) -> dict:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from dsa_backend.detokenizer import TextWindow, window_text
+from dsa_backend.detokenizer import window_text
 from dsa_backend.engine import RequestOutput
 from dsa_backend.sampling_params import SamplingParams
+from dsa_backend.serving import reply_layout
 from dsa_backend.serving.request_params import LLMRequest
 from dsa_backend.serving.response_stream import ResponseStream
 
@@ -17,9 +19,14 @@ def outputs(tokenizer, text, prompt_len=3, reason="length"):
                           prompt_len, i + 1) for i, t in enumerate(ids)]
 
 
+def fields(reply):
+    """What postprocessing reads out of a reply: the ensemble's outputs and the request id."""
+    _, out, request_id = reply_layout.unpack(reply.outputs)
+    return {**out, "request_id": request_id}
+
+
 def reply_text(tokenizer, reply):
-    o = reply.outputs
-    window = TextWindow(o["token_window"].tolist(), int(o["text_start"][0]), int(o["text_end"][0]))
+    window, _, _ = reply_layout.unpack(reply.outputs)
     return window_text(tokenizer, window)
 
 
@@ -34,8 +41,8 @@ def test_streaming_sends_one_reply_per_step_and_the_last_is_final(tokenizer):
     replies = run(tokenizer, request, outputs(tokenizer, text))
     assert "".join(reply_text(tokenizer, r) for r in replies) == text
     assert [r.final for r in replies] == [False] * (len(replies) - 1) + [True]
-    assert replies[-1].outputs["finish_reason"][0] == b"length"
-    assert replies[-1].outputs["request_id"][0] == b"r"
+    assert fields(replies[-1])["finish_reason"][0] == b"length"
+    assert fields(replies[-1])["request_id"] == "r"
     assert replies[0].ttft_s == 0.1 and replies[1].itl_s == 0.1
 
 
@@ -55,7 +62,7 @@ def test_a_stop_string_ends_the_reply_early(tokenizer):
     final = [i for i, r in enumerate(replies) if r and r.final][0]
     assert stream.stopped_by_string
     assert all(r is None for r in replies[final + 1:])
-    assert replies[final].outputs["finish_reason"][0] == b"stop"
+    assert fields(replies[final])["finish_reason"][0] == b"stop"
     assert "".join(reply_text(tokenizer, r) for r in replies[:final + 1]) == "go go "
 
 
@@ -69,8 +76,8 @@ def test_log_probs_are_sent_only_when_asked(tokenizer):
     request = LLMRequest([5], SamplingParams(max_tokens=2, logprobs=True), stream=True)
     out = RequestOutput("r", [100], [-0.5], -0.5, True, "length", 1, 1)
     reply = ResponseStream("r", request, tokenizer, arrival=0.0).on_output([out], 1.0)
-    assert np.allclose(reply.outputs["output_log_probs"], [-0.5])
-    assert np.allclose(reply.outputs["cum_log_probs"], [-0.5])
+    assert np.allclose(fields(reply)["output_log_probs"], [-0.5])
+    assert np.allclose(fields(reply)["cum_log_probs"], [-0.5])
 
 
 def test_acceptance_counts_are_cumulative_and_an_error_output_does_not_reset_them(tokenizer):
@@ -81,9 +88,9 @@ def test_acceptance_counts_are_cumulative_and_an_error_output_does_not_reset_the
     replies = [stream.on_output([RequestOutput("r", ids, None, None, i == 3, "length" if i == 3 else None, 3, 0,
                                                num_draft_tokens=d, num_accepted_draft_tokens=a)], now=0.1 * (i + 1))
                for i, (ids, d, a) in enumerate(steps)]
-    assert [int(r.outputs["total_draft_tokens"][0]) for r in replies] == [0, 2, 4, 6]
-    assert [int(r.outputs["total_accepted_draft_tokens"][0]) for r in replies] == [0, 1, 1, 3]
-    assert [float(r.outputs["acceptance_rate"][0]) for r in replies] == [0.0, 0.5, 0.25, 0.5]
+    assert [int(fields(r)["total_draft_tokens"][0]) for r in replies] == [0, 2, 4, 6]
+    assert [int(fields(r)["total_accepted_draft_tokens"][0]) for r in replies] == [0, 1, 1, 3]
+    assert [float(fields(r)["acceptance_rate"][0]) for r in replies] == [0.0, 0.5, 0.25, 0.5]
     assert [(r.new_draft_tokens, r.new_accepted_draft_tokens) for r in replies] == [(0, 0), (2, 1), (2, 0), (2, 2)]
     assert [r.accept_lengths for r in replies] == [(), (2,), (1,), (3,)]
     assert stream.acceptance_rate == 0.5
@@ -92,7 +99,7 @@ def test_acceptance_counts_are_cumulative_and_an_error_output_does_not_reset_the
 def test_without_speculation_the_acceptance_outputs_are_zero(tokenizer):
     request = LLMRequest([5, 6, 7], SamplingParams(max_tokens=16), stream=False)
     [reply] = run(tokenizer, request, outputs(tokenizer, "Hello"))
-    o = reply.outputs
+    o = fields(reply)
     assert (o["acceptance_rate"][0], o["total_accepted_draft_tokens"][0], o["total_draft_tokens"][0]) == (0, 0, 0)
     assert o["acceptance_rate"].dtype == "float32" and o["total_draft_tokens"].dtype == "int32"
 
@@ -112,10 +119,10 @@ def test_one_reply_for_several_steps_carries_what_one_reply_a_step_would(tokeniz
     assert "".join(reply_text(tokenizer, r) for r in replies) == text
     assert [r.new_tokens for r in replies] == [len(g) for g in groups]
     assert [r.final for r in replies] == [False, False, False, True]
-    assert np.allclose(np.concatenate([r.outputs["output_log_probs"] for r in replies]),
+    assert np.allclose(np.concatenate([fields(r)["output_log_probs"] for r in replies]),
                        [-0.1 * (i + 1) for i in range(len(ids))])
-    assert np.isclose(replies[-1].outputs["cum_log_probs"][0], steps[-1].cumulative_logprob)
-    assert int(replies[-1].outputs["num_output_tokens"][0]) == len(ids)
+    assert np.isclose(fields(replies[-1])["cum_log_probs"][0], steps[-1].cumulative_logprob)
+    assert int(fields(replies[-1])["num_output_tokens"][0]) == len(ids)
     # each verify step keeps its own accept length inside a merged reply
     accepted = [0] + [s.num_accepted_draft_tokens for s in steps]
     assert [length for r in replies for length in r.accept_lengths] == [
@@ -124,3 +131,27 @@ def test_one_reply_for_several_steps_carries_what_one_reply_a_step_would(tokeniz
     assert sum(r.new_accepted_draft_tokens for r in replies) == steps[-1].num_accepted_draft_tokens
     # TTFT at the first reply, ITL per token since the previous reply
     assert replies[0].ttft_s == 1.0 and replies[1].itl_s == 1.0 / 3
+
+
+def test_the_reply_layout_round_trips_every_field_with_the_dtypes_of_the_ensemble_outputs(tokenizer):
+    request = LLMRequest([5, 6], SamplingParams(max_tokens=4, logprobs=True, skip_special_tokens=False),
+                         stream=True)
+    out = RequestOutput("r-9", [100, 101], [-0.25, -0.5], -0.75, True, "length", 2, 2, num_draft_tokens=3,
+                        num_accepted_draft_tokens=1, num_cached_tokens=1)
+    reply = ResponseStream("r-9", request, tokenizer, arrival=0.0).on_output([out], 1.0)
+    assert sorted(reply.outputs) == ["reply_floats", "reply_ints", "reply_strings", "token_window"]
+    window, o, request_id = reply_layout.unpack(reply.outputs)
+    assert request_id == "r-9" and window.token_ids[-2:] == [100, 101]
+    expected = {"num_input_tokens": 2, "num_output_tokens": 2, "num_cached_tokens": 1, "total_draft_tokens": 3,
+                "total_accepted_draft_tokens": 1, "skip_special_tokens": False, "finish_reason": b"length"}
+    assert {k: o[k][0] for k in expected} == expected
+    assert o["skip_special_tokens"].dtype == bool and o["num_cached_tokens"].dtype == "int32"
+    assert np.allclose(o["output_log_probs"], [-0.25, -0.5]) and np.isclose(o["cum_log_probs"][0], -0.75)
+    assert np.isclose(o["acceptance_rate"][0], 1 / 3) and o["acceptance_rate"].dtype == "float32"
+
+
+def test_a_reply_with_missing_fields_is_refused_by_name():
+    tensors = {"token_window": np.array([1], dtype=np.int32), "reply_ints": np.zeros(3, dtype=np.int32),
+               "reply_floats": np.zeros(2, dtype=np.float32), "reply_strings": np.array([b"", b"r"], dtype=object)}
+    with pytest.raises(ValueError, match="8 ints"):
+        reply_layout.unpack(tensors)

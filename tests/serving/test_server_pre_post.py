@@ -11,6 +11,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from dsa_backend.detokenizer import IncrementalDetokenizer
+from dsa_backend.serving import reply_layout
 from dsa_backend.serving.fill_template import fill
 from dsa_backend.serving.server import TritonServer
 
@@ -88,10 +89,12 @@ def test_postprocessing_replays_detokenizer_windows_exactly(client, tokenizer):
     deltas = []
     for i, token in enumerate(ids):
         w = detok.add([token], finished=i == len(ids) - 1)
-        out = client.infer("postprocessing", [
-            tensor("token_window", "INT32", np.array([w.token_ids], dtype=np.int32).reshape(1, -1)),
-            tensor("text_start", "INT32", np.array([[w.text_start]], dtype=np.int32)),
-            tensor("text_end", "INT32", np.array([[w.text_end]], dtype=np.int32))])
+        reply = reply_layout.pack(w, ints=dict.fromkeys(reply_layout.INTS[2:], 1),
+                                  floats=dict.fromkeys(reply_layout.FLOATS, 0.0), log_probs=[],
+                                  strings={"finish_reason": "", "request_id": "r"})
+        dtypes = {"token_window": "INT32", "reply_ints": "INT32", "reply_floats": "FP32", "reply_strings": "BYTES"}
+        out = client.infer("postprocessing", [tensor(name, dtypes[name], array[np.newaxis])
+                                              for name, array in reply.items()])
         deltas.append(out.as_numpy("text_output")[0][0].decode())
     assert "".join(deltas) == text
     assert deltas[:2] == ["Mixed", ":"]
