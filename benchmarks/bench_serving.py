@@ -5,17 +5,17 @@ process, at each concurrency, with the same engine settings.
     python3 benchmarks/bench_serving.py --model /tmp/v32 --concurrency 1 8 32 [--waves 4] \
         --input-len 1024 --output-len 128 [--set KEY=VALUE ...] [--json out.json]
 
-Both sides keep `concurrency` requests in flight until all are done (a closed loop: a request
-starts when one ends), with min_tokens = max_tokens so every request makes exactly --output-len
-tokens; a level times `waves` x concurrency requests. The engine alone takes token ids (its prompts are tokenized before the clock starts) and
-gives token ids; the served side pays everything a user's request pays: gRPC, the tokenizer model,
-the ensemble, dsa_llm's response stream and the incremental detokenizer. Each side reports output
-tokens/s, TTFT (from a request's start to its first token) and inter-token latency
-(dsa_client.stats), and the summary the served side's ratios to the engine's. Every level runs
-once untimed first on each side (compiles, CUDA graph captures), then timed, each with prompts of
-its own (seeded), so that neither finds the other level's prompts in the prefix cache. The engine
-runs first and is freed before the server starts on the same GPU. Prints one JSON line; --json
-writes it to a file too.
+Both sides keep `concurrency` requests in flight until all are done (a closed loop: a request starts
+when one ends), with min_tokens = max_tokens so every request makes exactly --output-len tokens; a
+level times `waves` x concurrency requests. The engine alone takes token ids (its prompts are
+tokenized before the clock starts) and gives token ids; the served side pays everything a user's
+request pays: gRPC, the tokenizer model, the ensemble, dsa_llm's response stream and the incremental
+detokenizer. Each side reports output tokens/s, TTFT (from a request's start to its first token) and
+inter-token latency (dsa_client.stats), and the summary the served side's ratios to the engine's.
+Every level first runs two untimed waves on each side (compiles, CUDA graph captures), then the
+timed ones, each with prompts of its own (seeded), so that neither finds the other level's prompts in the prefix
+cache. The engine runs first and is freed before the server starts on the same GPU. Prints one JSON
+line; --json writes it to a file too.
 """
 
 from __future__ import annotations
@@ -146,9 +146,8 @@ def main() -> None:
     tokenizer = Tokenizer(args.model)
     alone = {}
     for c, (warm, timed) in load.items():
-        encode = lambda requests: [tokenizer.encode(r.prompt) for r in requests]  # noqa: E731
-        engine_level(engine, encode(warm), args.output_len, c)
-        alone[c] = engine_level(engine, encode(timed), args.output_len, c)
+        engine_level(engine, [tokenizer.encode(r.prompt) for r in warm], args.output_len, c)
+        alone[c] = engine_level(engine, [tokenizer.encode(r.prompt) for r in timed], args.output_len, c)
         print(f"engine alone, concurrency {c}: {alone[c]['output_tokens_per_s']:.1f} tok/s", flush=True)
     resolved = {k: str(v) for k, v in asdict(engine.args).items()}
     del engine
@@ -158,7 +157,8 @@ def main() -> None:
 
     served = {}
     repository = fill(args.model, args.repository, sets)
-    with TritonServer(repository, log_file=Path(args.repository).parent / "tritonserver.log", exit_timeout_s=10) as server:
+    log_file = Path(args.repository).parent / "tritonserver.log"
+    with TritonServer(repository, log_file=log_file, exit_timeout_s=10) as server:
         for c, (warm, timed) in load.items():
             served_level(server.grpc_url, warm, c, args.timeout_s)
             before = model_stats(server)

@@ -1,11 +1,11 @@
 """dsa_llm: a decoupled python model that owns one dsa_backend engine.
 
 execute() only parses each request and hands it to the engine thread; responses are sent from
-one sender thread as the engine produces tokens (one a request for all its steps the thread has
-not sent yet), the last one with the FINAL flag. Between
-outputs the same thread polls for cancelled requests (aborting them in the engine) and refreshes
-the engine gauges: a response sender must only be used by the thread that sends its FINAL
-response, since asking a finished one is_cancelled() crashes the 2.51 server.
+one sender thread as the engine produces tokens (one a request for all the steps the thread has
+not sent yet), the last one with the FINAL flag. Between outputs the same thread polls for
+cancelled requests (aborting them in the engine) and refreshes the engine gauges: a response
+sender must only be used by the thread that sends its FINAL response, since asking a finished
+one is_cancelled() crashes the 2.51 server.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ class TritonPythonModel:
         # Runs detokenization and IPC off the engine thread, in the order the engine produced.
         # Each pass takes everything queued and sends one response a request: under load the
         # engine makes tokens faster than this thread can send a response a token, and a reply
-        # that covers several steps costs what one step's does (docs/PERFORMANCE.md, "Serving").
+        # that covers several steps costs what one step's does (docs/SERVING.md, "What serving costs").
         next_poll = time.monotonic()
         stopping = False
         while not stopping:
