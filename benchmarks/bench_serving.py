@@ -39,8 +39,8 @@ from dsa_backend.serving.engine_config import engine_args
 from dsa_backend.serving.fill_template import DEFAULTS, fill, parse_sets
 from dsa_backend.serving.server import TritonServer
 from dsa_backend.tokenizer import Tokenizer
-from dsa_client.loadgen import run_concurrency
-from dsa_client.stats import percentiles, summarize
+from dsa_client.loadgen import sweep
+from dsa_client.stats import percentiles
 from dsa_client.workload import Request, make_requests
 from report import emit
 
@@ -78,15 +78,6 @@ def engine_level(engine: Engine, prompts: list[list[int]], output_len: int, conc
     return {"requests": len(prompts), "wall_s": wall, "output_tokens": made, "output_tokens_per_s": made / wall,
             "ttft_s": percentiles([times[0] - started[rid] for rid, times in arrivals.items() if times]),
             "itl_s": percentiles([b - a for times in arrivals.values() for a, b in zip(times, times[1:])])}
-
-
-def served_level(url: str, requests: list[Request], concurrency: int, timeout_s: float) -> dict:
-    completions, wall = run_concurrency(url, requests, concurrency, timeout_s)
-    summary = summarize(completions, wall)
-    errors = sorted({c.error for c in completions if c.error})
-    if errors:
-        summary["error_samples"] = errors[:5]
-    return summary
 
 
 def workloads(args) -> dict[int, tuple[list[Request], list[Request]]]:
@@ -160,9 +151,9 @@ def main() -> None:
     log_file = Path(args.repository).parent / "tritonserver.log"
     with TritonServer(repository, log_file=log_file, exit_timeout_s=10) as server:
         for c, (warm, timed) in load.items():
-            served_level(server.grpc_url, warm, c, args.timeout_s)
+            sweep(server.grpc_url, warm, [c], timeout_s=args.timeout_s, show_progress=False)
             before = model_stats(server)
-            served[c] = served_level(server.grpc_url, timed, c, args.timeout_s)
+            [served[c]] = sweep(server.grpc_url, timed, [c], timeout_s=args.timeout_s, show_progress=False)
             served[c]["triton_models"] = per_request_us(before, model_stats(server))
             print(f"served, concurrency {c}: {served[c]['output_tokens_per_s'] or 0:.1f} tok/s, "
                   f"errors {served[c]['errors']}", flush=True)
