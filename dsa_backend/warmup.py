@@ -18,12 +18,15 @@ ladder of contexts up to the longest, sparse MLA at every row count a step can h
 chunks over a ladder of token counts and key counts. Every request of a warm-up batch reads the
 same pages of the first layers' pools (random keys, written once), so it needs one longest
 request's pages, which it frees after. Nothing is compiled on the CPU: there it returns at once.
+Its calls are listed by `warmup_calls`, so that worker processes can compile them first
+(warmup_workers.py) and the engine then run only those that loaded a kernel (`calls`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -84,59 +87,75 @@ def prefill_ladder(largest: int) -> list[int]:
     return ladder(largest, 1, 8, 1 / 4)
 
 
-def warm_up(cache: KVCache, config: ModelConfig, shapes: WarmupShapes) -> int:
-    """Run the model's DSA backend over every step shape of `shapes`; returns the number of calls."""
+# A warm-up call: ("indexer", requests, tokens, context, mode name) or ("mla", rows, mode name).
+Call = tuple
+
+
+def warmup_calls(shapes: WarmupShapes, longest: int, page_size: int) -> dict[str, list[Call]]:
+    """Every call of the warm-up, by phase, in the order they run."""
+    return {"decode": _decode_calls(shapes, longest, page_size), "attention": _attention_calls(shapes),
+            "prefill": _prefill_calls(shapes, longest)}
+
+
+def warm_up(cache: KVCache, config: ModelConfig, shapes: WarmupShapes, calls: Iterable[Call] | None = None,
+            on_call: Callable[[Call], None] | None = None) -> int:
+    """Run the model's DSA backend over every step shape of `shapes` (or over `calls`, some of
+    them), calling on_call after each; returns the number of calls."""
     device = cache.mla.buffer.device
     backend = default_backend(device)
     if not isinstance(backend, KernelDsaBackend):  # the CPU's reference compiles nothing
         return 0
     longest = min(shapes.max_context_len, cache.allocator.num_pages * cache.page_size)
     pages = cache.allocator.allocate(pages_needed(longest, cache.page_size))
-    calls = 0
+    phases = warmup_calls(shapes, longest, cache.page_size) if calls is None else {"calls given": calls}
+    total = 0
     try:
         run = _Runner(cache, config, backend, pages, longest, max_rows=shapes.max_num_batched_tokens)
-        for phase in (_decode_phase, _attention_phase, _prefill_phase):
-            start = time.perf_counter()
-            n = phase(run, shapes, longest)
+        for phase, phase_calls in phases.items():
+            start, n = time.perf_counter(), 0
+            for call in phase_calls:
+                run(call)
+                n += 1
+                if on_call is not None:
+                    on_call(call)
             if device.type == "cuda":  # so that the time logged holds the phase's last calls
                 torch.cuda.synchronize(device)
-            logger.info("DSA kernel warm-up, %s: %d calls in %.1f s", phase.__name__[1:], n, time.perf_counter() - start)
-            calls += n
+            logger.info("DSA kernel warm-up, %s: %d calls in %.1f s", phase, n, time.perf_counter() - start)
+            total += n
     finally:
         cache.allocator.free(pages)
-    return calls
+    return total
 
 
-def _decode_phase(run: _Runner, shapes: WarmupShapes, longest: int) -> int:
+def _decode_calls(shapes: WarmupShapes, longest: int, page_size: int) -> list[Call]:
     """Indexer top-k of n tokens a request: decode, verify, and draft-extend where every request
     accepted n - 1 drafts; at every batch size over the context ladder."""
-    calls, contexts = 0, context_ladder(longest, run.page_size)
+    calls, contexts = [], context_ladder(longest, page_size)
     for n in range(1, shapes.tokens_per_verify + 1):
         rows = shapes.decode_rows if n == 1 else min(shapes.max_running_requests, shapes.max_num_batched_tokens // n)
-        for batch in range(1, rows + 1):
-            for context in contexts:
-                run.indexer(batch, n, max(context, n))
-                calls += 1
+        mode = ForwardMode.DECODE if n == 1 else ForwardMode.TARGET_VERIFY
+        calls += [("indexer", batch, n, max(context, n), mode.name) for batch in range(1, rows + 1)
+                  for context in contexts]
     return calls
 
 
-def _attention_phase(run: _Runner, shapes: WarmupShapes, longest: int) -> int:
+def _attention_calls(shapes: WarmupShapes) -> list[Call]:
     """Sparse MLA at every row count of a decode-like step and of a prefill step."""
-    return (run.mla_rows(range(1, max(shapes.decode_rows, shapes.tokens_per_verify) + 1), ForwardMode.DECODE)
-            + run.mla_rows(range(1, shapes.max_num_batched_tokens + 1), ForwardMode.EXTEND))
+    decode_rows = max(shapes.decode_rows, shapes.tokens_per_verify)
+    return ([("mla", n, ForwardMode.DECODE.name) for n in range(1, decode_rows + 1)]
+            + [("mla", n, ForwardMode.EXTEND.name) for n in range(1, shapes.max_num_batched_tokens + 1)])
 
 
-def _prefill_phase(run: _Runner, shapes: WarmupShapes, longest: int) -> int:
+def _prefill_calls(shapes: WarmupShapes, longest: int) -> list[Call]:
     """Indexer top-k of prefill pieces of `tokens` rows against `keys` keys: one request, or where
     the keys outrun one request, several whose tokens and keys add up to about those."""
-    calls = 0
+    calls = []
     for tokens in prefill_ladder(shapes.max_num_batched_tokens):
         widest = min(longest * shapes.max_running_requests, EXTEND_LOGITS_BYTES // 4 // tokens)
         for keys in prefill_ladder(widest):
             requests = -(-keys // longest)
             if keys >= tokens >= requests:
-                run.indexer(requests, tokens // requests, keys // requests, ForwardMode.EXTEND)
-                calls += 1
+                calls.append(("indexer", requests, tokens // requests, keys // requests, ForwardMode.EXTEND.name))
     return calls
 
 
@@ -226,24 +245,27 @@ class _Runner:
                             block_table=self.table.expand(requests, -1), page_size=self.page_size,
                             logits_rows=torch.arange(rows, device=self.device))
 
-    def indexer(self, requests: int, tokens: int, context: int, mode: ForwardMode | None = None) -> None:
-        mode = mode or (ForwardMode.DECODE if tokens == 1 else ForwardMode.TARGET_VERIFY)
+    def __call__(self, call: Call) -> None:
+        if call[0] == "indexer":
+            self.indexer(*call[1:4], ForwardMode[call[4]])
+        else:
+            self.mla_rows(call[1], ForwardMode[call[2]])
+
+    def indexer(self, requests: int, tokens: int, context: int, mode: ForwardMode) -> None:
         batch = self.batch(mode, requests, tokens, context)
         rows = batch.num_tokens
         self.backend.indexer_topk(self.q_index[:rows], self.w_index[:rows], self.cache.indexer, self.index_layer, batch,
                                   self.topk, self.index_scale)
 
-    def mla_rows(self, rows: range, mode: ForwardMode) -> int:
-        """Sparse MLA at each row count (prefill: one request's rows; decode: a row a request),
-        over top-k positions within the written keys (it reads no other position)."""
+    def mla_rows(self, n: int, mode: ForwardMode) -> None:
+        """Sparse MLA at n rows (prefill: one request's rows; decode: a row a request), over top-k
+        positions within the written keys (it reads no other position)."""
         positions = torch.arange(self.topk, dtype=torch.int32, device=self.device) % self.longest
-        for n in rows:
-            batch = self.batch(mode, 1, n, self.longest) if mode is ForwardMode.EXTEND else self.batch(mode, n, 1, 1)
-            self.backend.sparse_mla(self.q_mla[:n], self.cache.mla, 0, batch, positions.expand(n, -1), self.mla_scale)
-            if mode is ForwardMode.EXTEND and self.cache.mla.fp8:
-                q = heads_padded(self.q_mla[:n])
-                if gathers_fp8_rows(batch, q, self.topk):  # the step gathered: as many rows among
-                    # longer contexts take the FP8 decode kernel instead
-                    slots = positions_to_slots(batch, positions.expand(n, -1)).contiguous()
-                    dsa_kernels.sparse_mla_decode(q, self.cache.mla.buffer[0], slots, self.mla_scale)
-        return len(rows)
+        batch = self.batch(mode, 1, n, self.longest) if mode is ForwardMode.EXTEND else self.batch(mode, n, 1, 1)
+        self.backend.sparse_mla(self.q_mla[:n], self.cache.mla, 0, batch, positions.expand(n, -1), self.mla_scale)
+        if mode is ForwardMode.EXTEND and self.cache.mla.fp8:
+            q = heads_padded(self.q_mla[:n])
+            if gathers_fp8_rows(batch, q, self.topk):  # the step gathered: as many rows among
+                # longer contexts take the FP8 decode kernel instead
+                slots = positions_to_slots(batch, positions.expand(n, -1)).contiguous()
+                dsa_kernels.sparse_mla_decode(q, self.cache.mla.buffer[0], slots, self.mla_scale)

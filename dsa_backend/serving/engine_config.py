@@ -27,6 +27,8 @@ def engine_args(params: dict[str, str], device: str) -> EngineArgs:
         max_model_len=_optional_int(params, "max_model_len"),
         batch_invariant=_bool(params, "batch_invariant", "false"),
         warmup=_bool(params, "warmup", "false"),
+        warmup_workers=(None if params.get("warmup_workers", "auto").strip() in ("auto", "")
+                        else _int(params, "warmup_workers", "")),
         cuda_graph=_bool(params, "cuda_graph", "true"),
         overlap_schedule=_bool(params, "overlap_schedule", "true"),
         fp8_weights=_choice(params, "fp8_weights", "auto", FP8_WEIGHT_CHOICES),

@@ -32,6 +32,7 @@ DEFAULTS = {
     "max_model_len": "none",
     "batch_invariant": "false",
     "warmup": "false",
+    "warmup_workers": "auto",             # processes compiling the warm-up's kernels; 0: the engine's own
     "cuda_graph": "true",
     "overlap_schedule": "true",           # schedule step n + 1 while the GPU runs step n (no speculation)
     "fp8_weights": "auto",                # FP8 checkpoints: auto (keep on a GPU), keep, dequantize

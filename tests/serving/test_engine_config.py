@@ -84,6 +84,14 @@ def test_warmup_is_off_by_default_and_can_be_turned_on():
         engine_args({**FILLED, "warmup": "later"}, "cpu")
 
 
+def test_warmup_workers_are_auto_by_default_and_a_count_otherwise():
+    assert engine_args(FILLED, "cpu").warmup_workers is None
+    assert engine_args({**FILLED, "warmup_workers": "0"}, "cpu").warmup_workers == 0
+    assert engine_args({**FILLED, "warmup_workers": "6"}, "cpu").warmup_workers == 6
+    with pytest.raises(ValueError, match="warmup_workers must be an integer, got 'many'"):
+        engine_args({**FILLED, "warmup_workers": "many"}, "cpu")
+
+
 def test_prefix_caching_is_on_by_default_and_can_be_turned_off():
     assert engine_args(FILLED, "cpu").enable_prefix_caching is True
     assert engine_args({**FILLED, "enable_prefix_caching": "false"}, "cpu").enable_prefix_caching is False
