@@ -34,6 +34,7 @@ from dsa_backend.spec.drafter import ChainDrafts, DraftInput, MtpDrafter
 from dsa_backend.spec.tree import ROOT_ONLY
 from dsa_backend.token_counts import TokenCounts
 from dsa_backend.transfer import HostCopy, to_device
+from dsa_backend.kernel_loads import watch
 from dsa_backend.warmup import WarmupShapes, warm_up, warm_up_fp8_gemms
 from dsa_backend.warmup_workers import WorkerCache, compile_in_workers, default_workers
 from dsa_kernels.batch_invariant import enable_batch_invariant_mode
@@ -190,6 +191,10 @@ class Engine:
                     self.config.architecture, self.device, self.dtype,
                     sum(w.numel() * w.element_size() for w in weights) / 2**30,
                     100 * fp8 / sum(w.numel() for w in weights), self.num_kv_pages, args.page_size)
+        # from here on, each kernel Triton loads is a step that waited for it
+        self.kernel_loads = watch()
+        loads = self.kernel_loads
+        self._loads_before_ready = (loads.count, loads.seconds) if loads else (0, 0.0)
 
     def _spec_config(self, args: EngineArgs, mtp_has_indexer: bool) -> SpecConfig | None:
         if args.speculative_algorithm is None:
@@ -541,13 +546,21 @@ class Engine:
             num_draft_tokens=seq.num_draft_tokens, num_accepted_draft_tokens=seq.num_accepted_draft_tokens,
             num_cached_tokens=seq.num_cached_tokens or 0)
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, float]:
         pages = self.scheduler.pages
         return {"running": len(self.scheduler.running), "waiting": len(self.scheduler.waiting),
                 # cached pages no request holds are free: an allocation evicts them
                 "kv_pages_total": pages.allocator.num_pages - self.num_held_pages, "kv_pages_free": pages.num_available,
                 "kv_pages_cached": pages.num_cached, "prefix_cache_hit_tokens": self.scheduler.num_cached_tokens,
-                "retractions": self.scheduler.num_retractions}
+                "retractions": self.scheduler.num_retractions, **self._kernel_load_stats()}
+
+    def _kernel_load_stats(self) -> dict[str, float]:
+        """Kernels Triton loaded (compiled or read from its disk cache) since the engine was ready."""
+        if self.kernel_loads is None:
+            return {"kernel_loads": 0, "kernel_load_seconds": 0.0}
+        count, seconds = self._loads_before_ready
+        return {"kernel_loads": self.kernel_loads.count - count,
+                "kernel_load_seconds": self.kernel_loads.seconds - seconds}
 
 
 OutputCallback = Callable[[RequestOutput], None]
@@ -590,7 +603,7 @@ class EngineRunner:
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, float]:
         with self._lock:
             return dict(self._stats)
 

@@ -45,9 +45,13 @@ class ServerMetrics:
             family("dsa_spec_accepted_tokens_total", "Speculative draft tokens accepted", counter),
             family("dsa_spec_accept_length", "Tokens per request per verify step (accepted drafts + 1)",
                    histogram),
+            family("dsa_kernel_loads_total",
+                   "GPU kernels Triton compiled or read from its cache while serving (a step waited on each)",
+                   counter),
+            family("dsa_kernel_load_seconds_total", "Seconds steps waited on those kernel loads", counter),
         ]
         (requests, prompt, generation, ttft, itl, running, waiting, used, free, cached, cache_hits, retractions,
-         drafted, accepted, accept_length) = self._families
+         drafted, accepted, accept_length, kernel_loads, kernel_load_seconds) = self._families
         self._labels = labels
         self._requests_family = requests
         self._requests: dict[str, object] = {}
@@ -62,7 +66,9 @@ class ServerMetrics:
         self.pages_cached = {p: cached.Metric(labels={**labels, "pool": p}) for p in POOLS}
         # counters of engine totals since start (stats' keys), each with the total it last saw
         self._engine_counters = {"retractions": retractions.Metric(labels=labels),
-                                 "prefix_cache_hit_tokens": cache_hits.Metric(labels=labels)}
+                                 "prefix_cache_hit_tokens": cache_hits.Metric(labels=labels),
+                                 "kernel_loads": kernel_loads.Metric(labels=labels),
+                                 "kernel_load_seconds": kernel_load_seconds.Metric(labels=labels)}
         self._engine_totals_seen = dict.fromkeys(self._engine_counters, 0)
         self.spec_draft_tokens = drafted.Metric(labels=labels)
         self.spec_accepted_tokens = accepted.Metric(labels=labels)

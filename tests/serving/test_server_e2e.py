@@ -14,6 +14,8 @@ import tritonclient.grpc as grpcclient
 from dsa_backend import SamplingParams
 from dsa_client.grpc_stream import build_inputs, generate
 
+from .servers import served_device
+
 PROMPTS = {
     "english": "The quick brown fox jumps over the lazy dog.",
     "chinese": "深度求索的稀疏注意力：你好，世界！",
@@ -126,6 +128,17 @@ def test_cancel_mid_stream_stops_generation_and_frees_pages(served, metric):
     assert settled == metric("dsa_generation_tokens_total")
     assert settled - generated_before < 100                      # far from the 400 asked for
     assert metric("dsa_requests_total", finish_reason="abort") >= 1
+
+
+def test_kernel_loads_while_serving_are_reported(served, metric):
+    # After the requests above: on the CPU nothing compiles; on a GPU without warm-up the first
+    # steps of each shape load their kernels, and each took some time.
+    loads, seconds = metric("dsa_kernel_loads_total"), metric("dsa_kernel_load_seconds_total")
+    assert loads is not None and seconds is not None
+    if served_device(served.settings) == "cpu":
+        assert loads == 0 and seconds == 0
+    else:
+        assert (loads > 0) == (seconds > 0)
 
 
 def _raw(name, dtype, array):
