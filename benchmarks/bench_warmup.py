@@ -51,13 +51,14 @@ def one_run(args) -> dict:
     start = time.perf_counter()
     loaded = None
     if args.one:
-        pools = warmup_workers.WorkerCache(str(model_dir), 64, "bfloat16", args.kv_cache_dtype, "cuda")
+        pools = warmup_workers.WorkerCache(str(model_dir), 64, "bfloat16", args.kv_cache_dtype, args.device)
         loaded = warmup_workers.compile_in_workers(pools, shapes, args.one)
     workers_s = time.perf_counter() - start
     cache = KVCache(config, -(-longest // 64), 64, dtype=torch.bfloat16, kv_cache_dtype=args.kv_cache_dtype,
-                    device="cuda")
+                    device=args.device)
     calls = warmup.warm_up(cache, config, shapes, calls=loaded)
-    torch.cuda.synchronize()
+    if args.device != "cpu":
+        torch.cuda.synchronize()
     out = {"workers": args.one, "workers_s": round(workers_s, 1), "total_s": round(time.perf_counter() - start, 1),
            "engine_calls": calls, "every_call": sum(len(c) for c in warmup.warmup_calls(shapes, longest, 64).values())}
     out["engine_s"] = round(out["total_s"] - out["workers_s"], 1)
@@ -76,6 +77,7 @@ def main() -> None:
                         metavar=("REQUESTS", "TOKENS", "CONTEXT"))
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 8])
     parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--device", default="cuda", help="cpu: the plumbing only (nothing compiles there)")
     parser.add_argument("--check", action="store_true", help="then count the loads of a second full warm-up")
     parser.add_argument("--timeout-s", type=float, default=3600)
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a run, in its own process
@@ -91,7 +93,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-warmup-") as tmp:
             env = {**os.environ, "TRITON_CACHE_DIR": f"{tmp}/triton", "DG_JIT_CACHE_DIR": f"{tmp}/deep_gemm"}
             cmd = [sys.executable, __file__, "--one", str(workers), "--limits", *map(str, args.limits),
-                   "--kv-cache-dtype", args.kv_cache_dtype] + (["--check"] if args.check else [])
+                   "--kv-cache-dtype", args.kv_cache_dtype, "--device", args.device] + (["--check"] if args.check else [])
             try:
                 done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout_s)
                 run = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {
@@ -104,7 +106,8 @@ def main() -> None:
     for r in runs:
         if serial and "total_s" in r:
             r["speedup_over_serial"] = round(serial / r["total_s"], 2)
-    emit({"bench": "warmup", "date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
+    emit({"bench": "warmup", "date": datetime.date.today().isoformat(),
+          "gpu": torch.cuda.get_device_name() if args.device != "cpu" else "cpu",
           "limits": args.limits, "kv_cache_dtype": args.kv_cache_dtype, "cpus": len(os.sched_getaffinity(0)),
           "runs": runs}, args.json)
 

@@ -1,6 +1,7 @@
 """benchmarks/bench_kernels.py at its --smoke sizes on the CPU (Triton's interpreter): every section
 runs to the end and every correctness check it makes passes; bench_engine.py,
-bench_prefix_cache.py and bench_prefill.py on a tiny checkpoint.
+bench_prefix_cache.py and bench_prefill.py on a tiny checkpoint, bench_serving.py through a real
+server, bench_warmup.py on the CPU.
 Device time is scarce; a benchmark that breaks there (a KeyError, a None where a CUDA-graph time
 would be) costs a whole call."""
 
@@ -110,3 +111,15 @@ def test_the_serving_benchmark_runs_both_sides_through_a_real_server(tmp_path, c
     assert level["served_over_engine_tokens_per_s"] > 0
     models = level["served"]["triton_models"]
     assert models["dsa_llm"]["requests"] == 2 and models["postprocessing"]["requests"] >= 2
+
+
+def test_the_warmup_benchmark_runs_workers_and_the_engine_alone_in_processes_of_their_own(tmp_path):
+    out = tmp_path / "warmup.json"
+    run = subprocess.run([sys.executable, str(SCRIPT.parent / "bench_warmup.py"), "--device", "cpu", "--limits", "2",
+                          "16", "128", "--workers", "2", "0", "--check", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    workers, alone = json.loads(out.read_text())["runs"]
+    # the CPU compiles nothing, so neither side runs a call; the plumbing is what is checked
+    assert (workers["workers"], alone["workers"]) == (2, 0) and "error" not in workers and "error" not in alone
+    assert workers["every_call"] == alone["every_call"] > 0 and workers["loads_after"] == alone["loads_after"] == 0
