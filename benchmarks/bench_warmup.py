@@ -52,7 +52,7 @@ def one_run(args) -> dict:
     loaded = None
     if args.one:
         pools = warmup_workers.WorkerCache(str(model_dir), 64, "bfloat16", args.kv_cache_dtype, args.device)
-        loaded = warmup_workers.compile_in_workers(pools, shapes, args.one)
+        loaded = warmup_workers.compile_in_workers(pools, shapes, args.one, config.index_topk)
     workers_s = time.perf_counter() - start
     cache = KVCache(config, -(-longest // 64), 64, dtype=torch.bfloat16, kv_cache_dtype=args.kv_cache_dtype,
                     device=args.device)

@@ -227,7 +227,7 @@ class Engine:
             return None
         pools = WorkerCache(self.args.model, self.args.page_size, str(self.dtype).removeprefix("torch."),
                             self.args.kv_cache_dtype, str(self.device))
-        return compile_in_workers(pools, shapes, workers)
+        return compile_in_workers(pools, shapes, workers, self.config.index_topk)
 
     def _pages_from_memory(self) -> int:
         if self.device.type != "cuda":

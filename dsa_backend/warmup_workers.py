@@ -8,10 +8,10 @@ disk, and each worker reports the calls that made it load a kernel. The engine t
 those calls itself. Each loads its configs from that cache, so after them no step shape compiles
 or loads anything, and the other calls would add nothing.
 
-The calls are cut into contiguous blocks, and a worker claims a block (a file made exclusively)
-before it runs it. Each worker starts at its own part of the list, where neighbouring calls mostly
-share their configs (so a config is compiled by one worker, not several); one that is done takes
-the blocks nobody has claimed yet.
+The calls are grouped by the top-k launch they compile (the warm-up's slowest compiles), cut into
+contiguous blocks, and a worker claims a block (a file made exclusively) before it runs it. Each
+worker starts at its own part of the list, so that a config is mostly compiled by one worker, not
+several; one that is done takes the blocks nobody has claimed yet.
 
 The workers run before the engine allocates its pools: their GPU memory (a context and a few
 hundred MiB each) is given back by then. A worker that fails or times out costs nothing but time:
@@ -33,7 +33,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
+from dsa_backend.batch import ForwardMode
 from dsa_backend.warmup import Call, WarmupShapes, warmup_calls
+from dsa_kernels.device import num_sms
+from dsa_kernels.topk import launch_choice
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +49,22 @@ def default_workers() -> int:
     """Half the CPU cores this process may use, at most 8: a compile takes one core, and the
     workers share the GPU (and the host with whatever else the server runs)."""
     return max(1, min(8, len(os.sched_getaffinity(0)) // 2))
+
+
+def compile_order(calls: list[Call], topk: int, num_sms: int) -> list[Call]:
+    """The calls grouped by the top-k launch they compile (kernels/topk.launch_choice; the logits'
+    widths to a multiple of 16, a prefill piece's over all its requests' keys), each group in the
+    listed order. As listed, each part of the prefill ladder meets the same top-k variants: at 8
+    requests, 256 tokens and 16K contexts on 132 SMs, eight workers taking an eighth of the list
+    each would compile 124 top-k variants, of 39 distinct ones; grouped, 45."""
+    def group(call: Call) -> str:
+        if call[0] == "mla":
+            return "mla"
+        _, requests, tokens, context, mode = call
+        keys = requests * context if mode == ForwardMode.EXTEND.name else context
+        return repr(launch_choice(requests * tokens, -(-keys // 16) * 16, topk, num_sms))
+
+    return sorted(calls, key=group)
 
 
 def blocks(num_calls: int, workers: int) -> list[tuple[int, int]]:
@@ -70,13 +91,14 @@ class WorkerCache:
     device: str
 
 
-def compile_in_workers(cache: WorkerCache, shapes: WarmupShapes, workers: int,
+def compile_in_workers(cache: WorkerCache, shapes: WarmupShapes, workers: int, topk: int,
                        timeout_s: float = 3600.0) -> list[Call] | None:
     """Run the warm-up's calls for `shapes` (max_context_len already clamped to the engine's
-    pools) in `workers` processes; the calls that loaded a kernel, in the warm-up's order, or None
-    where a worker failed."""
-    calls = [call for phase in warmup_calls(shapes, shapes.max_context_len, cache.page_size).values()
-             for call in phase]
+    pools; `topk` the model's index_topk) in `workers` processes; the calls that loaded a kernel,
+    in the warm-up's order, or None where a worker failed."""
+    listed = [call for phase in warmup_calls(shapes, shapes.max_context_len, cache.page_size).values()
+              for call in phase]
+    calls = compile_order(listed, topk, num_sms(torch.device(cache.device)))
     workers = max(1, min(workers, len(calls)))
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dsa-warmup-") as tmp:
@@ -107,7 +129,7 @@ def compile_in_workers(cache: WorkerCache, shapes: WarmupShapes, workers: int,
         return None
     logger.info("DSA kernel warm-up: %d workers ran %d calls in %.1f s (%.1f-%.1f s a worker); %d of them loaded "
                 "kernels", workers, len(calls), time.perf_counter() - start, min(seconds), max(seconds), len(loaded))
-    return [call for call in map(tuple, calls) if call in loaded]
+    return [call for call in listed if call in loaded]
 
 
 def _python() -> str:
@@ -121,7 +143,6 @@ def _python() -> str:
 def _run_worker(job: dict, worker: int, workers: int) -> dict:
     """The calls of the job that loaded a kernel, and the seconds the worker took."""
     start = time.perf_counter()
-    import torch
     import triton
 
     from dsa_backend.cache import KVCache, pages_needed

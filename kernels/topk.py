@@ -82,6 +82,18 @@ def topk_config(rows: int, width: int, k: int, num_sms: int) -> TopkConfig:
 
 
 @functools.cache
+def launch_choice(rows: int, width: int, k: int, num_sms: int) -> tuple:
+    """What topk_transform compiles for logits [rows, width] on a GPU of num_sms SMs (where the
+    driver takes the cooperative grid): ("one launch", parts, slice, chunks), or ("three
+    launches", config)."""
+    from .topk_cooperative import device_parts, slices
+
+    parts = device_parts(rows, width, num_sms)
+    if parts is None:
+        return "three launches", topk_config(rows, width, k, num_sms)
+    return ("one launch", parts, *slices(width, parts))
+
+
 def _pdl(device: torch.device) -> dict:
     """Launch options for programmatic dependent launch (Hopper on): each launch may start while
     the one before it drains, and waits for it (gdc_wait) before reading what it wrote. 0-6% in

@@ -345,9 +345,7 @@ def cooperative_topk(
     counters = grid_barrier.counters(logits.device, n, _KERNEL, "the three launches") if parts > 1 else lengths
     if counters is None:
         return False
-    span = max(next_power_of_2(cdiv(width, parts)), 256)
-    slice_ = min(span, max_slice)
-    chunks = span // slice_
+    slice_, chunks = slices(width, parts, max_slice)
     exch = torch.empty(n, 2, parts, BINS.value, device=logits.device, dtype=torch.int32)
     # a streamed program lists up to a slice of keys, a one-slice program a quarter of it
     lists = torch.empty(n, parts, slice_ if chunks > 1 else slice_ // 4, device=logits.device, dtype=torch.int32)
@@ -370,6 +368,14 @@ def cooperative_topk(
         grid_barrier.refuse(_KERNEL, logits.device, n * parts)
         return False
     return True
+
+
+def slices(width: int, parts: int, max_slice: int = MAX_SLICE) -> tuple[int, int]:
+    """(keys a program holds at once, slices it streams): a part's span rounded up to a power of
+    two, at least 256 keys."""
+    span = max(next_power_of_2(cdiv(width, parts)), 256)
+    slice_ = min(span, max_slice)
+    return slice_, span // slice_
 
 
 def _warps(slice_: int) -> int:

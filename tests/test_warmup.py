@@ -19,21 +19,15 @@ from dsa_backend.models import load_model
 from dsa_backend.models.fp8_linear import Fp8Linear
 from dsa_backend.tools.make_checkpoint import make_config
 from dsa_kernels import fp8_gemm
-from dsa_kernels.host_math import cdiv, next_power_of_2
 from dsa_kernels.indexer_gluon import gluon_config
-from dsa_kernels.topk import topk_config
-from dsa_kernels.topk_cooperative import MAX_SLICE, device_parts
+from dsa_kernels.topk import launch_choice
 
 SMS, LONGEST, RUNNING, TOKENS = 132, 163840, 64, 2048  # an H100 serving DeepSeek-V3.2 at the defaults
 
 
 def topk_launch(rows: int, width: int) -> tuple:
     """What the top-k compiles for logits [rows, width] (kernels/topk.py's choice)."""
-    parts = device_parts(rows, width, SMS)
-    if parts is None:
-        return "three launches", topk_config(rows, width, 2048, SMS)
-    span = max(next_power_of_2(cdiv(width, parts)), 256)
-    return "one launch", parts, min(span, MAX_SLICE), span // min(span, MAX_SLICE)
+    return launch_choice(rows, width, 2048, SMS)
 
 
 def decode_configs(batch: int, contexts, next_n: int) -> set:
@@ -171,15 +165,36 @@ def test_on_a_gpu_the_engine_runs_only_the_calls_its_workers_found_loading_kerne
     assert seen == [found]
     # what the workers are told (the device as the engine's, not a GPU here)
     monkeypatch.undo()
-    monkeypatch.setattr(engine_module, "compile_in_workers", lambda pools, shapes, workers: asked.append(
-        (pools, shapes, workers)) or found)
+    monkeypatch.setattr(engine_module, "compile_in_workers", lambda pools, shapes, workers, topk: asked.append(
+        (pools, shapes, workers, topk)) or found)
     monkeypatch.setattr(engine, "device", torch.device("cuda:1"))
     assert engine._compile_in_workers(warmup.WarmupShapes(4, 64, 128)) is found
-    pools, shapes, workers = asked[0]
+    pools, shapes, workers, topk = asked[0]
     assert (pools.page_size, pools.dtype, pools.kv_cache_dtype, pools.device, workers) == (16, "float32", "auto",
                                                                                            "cuda:1", 3)
+    assert topk == engine.config.index_topk
     engine.args = dataclasses.replace(engine.args, warmup_workers=0)  # 0: the engine compiles them itself
     assert engine._compile_in_workers(warmup.WarmupShapes(4, 64, 128)) is None and len(asked) == 1
+
+
+def test_calls_grouped_by_their_top_k_launch_spread_fewer_variants_over_the_workers():
+    shapes = warmup.WarmupShapes(8, 256, 16384)
+    listed = [c for phase in warmup.warmup_calls(shapes, 16384, 64).values() for c in phase]
+    grouped = warmup_workers.compile_order(listed, 2048, SMS)
+    assert sorted(grouped) == sorted(listed)
+
+    def launch(call):
+        _, requests, tokens, context, mode = call
+        return topk_launch(requests * tokens, -(-(requests * context if mode == "EXTEND" else context) // 16) * 16)
+
+    def variants_a_worker(calls):  # eight workers taking an eighth of the list each
+        return [len({launch(c) for c in calls[len(calls) * w // 8:len(calls) * (w + 1) // 8] if c[0] == "indexer"})
+                for w in range(8)]
+
+    distinct = len({launch(c) for c in listed if c[0] == "indexer"})
+    assert sum(variants_a_worker(listed)) > 3 * distinct and sum(variants_a_worker(grouped)) < 1.25 * distinct
+    decode = [c for c in grouped if c[0] == "indexer" and c[4] == "DECODE"]
+    assert decode == sorted(decode, key=lambda c: (repr(launch(c)), listed.index(c)))  # listed order within a group
 
 
 def test_the_calls_are_cut_in_blocks_each_worker_starting_at_its_own_part():
@@ -201,9 +216,9 @@ def test_worker_processes_claim_every_block_once_and_a_failed_one_is_reported(ch
     assert list(warmup_workers._claimed_calls(job, 0, 2)) == []  # nothing left to claim
     shapes = warmup.WarmupShapes(2, 8, 64)
     pools = warmup_workers.WorkerCache(str(checkpoint("deepseek_v32")), 16, "float32", "auto", "cpu")
-    assert warmup_workers.compile_in_workers(pools, shapes, 2) == []  # real processes; the CPU loads nothing
+    assert warmup_workers.compile_in_workers(pools, shapes, 2, 16) == []  # real processes; the CPU loads nothing
     missing = dataclasses.replace(pools, model=str(checkpoint("deepseek_v32")) + "-missing")
-    assert warmup_workers.compile_in_workers(missing, shapes, 2) is None
+    assert warmup_workers.compile_in_workers(missing, shapes, 2, 16) is None
 
 
 @pytest.mark.gpu
@@ -231,7 +246,7 @@ def test_after_the_warm_up_no_step_compiles_a_kernel(monkeypatch, tmp_path, kv_c
     if workers:
         (tmp_path / "config.json").write_text(json.dumps(raw))
         pools = warmup_workers.WorkerCache(str(tmp_path), 64, "bfloat16", kv_cache_dtype, "cuda")
-        loaded = warmup_workers.compile_in_workers(pools, shapes, workers)
+        loaded = warmup_workers.compile_in_workers(pools, shapes, workers, config.index_topk)
         every = sum(len(calls) for calls in warmup.warmup_calls(shapes, longest, 64).values())
         assert loaded is not None and 0 < len(loaded) < every
     warmup.warm_up(cache, config, shapes, calls=loaded)
