@@ -34,9 +34,12 @@ import time
 from pathlib import Path
 
 import torch
+import triton
 
 from dsa_backend.batch import ForwardMode
-from dsa_backend.warmup import Call, WarmupShapes, warmup_calls
+from dsa_backend.cache import KVCache, pages_needed
+from dsa_backend.config import ModelConfig
+from dsa_backend.warmup import Call, WarmupShapes, warm_up, warmup_calls
 from dsa_kernels.device import num_sms
 from dsa_kernels.topk import launch_choice
 
@@ -51,7 +54,7 @@ def default_workers() -> int:
     return max(1, min(8, len(os.sched_getaffinity(0)) // 2))
 
 
-def compile_order(calls: list[Call], topk: int, num_sms: int) -> list[Call]:
+def compile_order(calls: list[Call], topk: int, sms: int) -> list[Call]:
     """The calls grouped by the top-k launch they compile (kernels/topk.launch_choice; the logits'
     widths to a multiple of 16, a prefill piece's over all its requests' keys), each group in the
     listed order. As listed, each part of the prefill ladder meets the same top-k variants: at 8
@@ -62,7 +65,7 @@ def compile_order(calls: list[Call], topk: int, num_sms: int) -> list[Call]:
             return "mla"
         _, requests, tokens, context, mode = call
         keys = requests * context if mode == ForwardMode.EXTEND.name else context
-        return repr(launch_choice(requests * tokens, -(-keys // 16) * 16, topk, num_sms))
+        return repr(launch_choice(requests * tokens, -(-keys // 16) * 16, topk, sms))
 
     return sorted(calls, key=group)
 
@@ -143,12 +146,6 @@ def _python() -> str:
 def _run_worker(job: dict, worker: int, workers: int) -> dict:
     """The calls of the job that loaded a kernel, and the seconds the worker took."""
     start = time.perf_counter()
-    import triton
-
-    from dsa_backend.cache import KVCache, pages_needed
-    from dsa_backend.config import ModelConfig
-    from dsa_backend.warmup import warm_up
-
     spec, shapes = WorkerCache(**job["cache"]), WarmupShapes(**job["shapes"])
     full = ModelConfig.from_pretrained(spec.model)
     # the warm-up reads the first layer's pools only
