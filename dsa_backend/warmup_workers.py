@@ -107,27 +107,33 @@ def compile_in_workers(cache: WorkerCache, shapes: WarmupShapes, workers: int, t
     with tempfile.TemporaryDirectory(prefix="dsa-warmup-") as tmp:
         job = Path(tmp) / "job.json"
         job.write_text(json.dumps({"cache": dataclasses.asdict(cache), "shapes": dataclasses.asdict(shapes),
-                                   "calls": calls, "blocks": blocks(len(calls), workers), "claims": tmp}))
+                                   "calls": calls, "blocks": blocks(len(calls), workers), "claims": tmp,
+                                   "parent": os.getpid()}))
         procs = []
-        for worker in range(workers):
-            result = Path(tmp) / f"result{worker}.json"
-            procs.append((subprocess.Popen([_python(), "-m", __name__, str(job), str(worker), str(workers),
-                                            str(result)]), result))
         loaded, failed, seconds = set(), 0, []
-        for proc, result in procs:
-            try:
-                code = proc.wait(timeout=max(timeout_s - (time.perf_counter() - start), 0))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                code = "timed out"
-            if code == 0 and result.exists():
-                report = json.loads(result.read_text())
-                loaded.update(tuple(call) for call in report["loaded"])
-                seconds.append(report["seconds"])
-            else:
-                failed += 1
-                logger.warning("DSA kernel warm-up: a worker failed (%s); the engine runs every call itself", code)
+        try:
+            for worker in range(workers):
+                result = Path(tmp) / f"result{worker}.json"
+                procs.append((subprocess.Popen([_python(), "-m", __name__, str(job), str(worker), str(workers),
+                                                str(result)]), result))
+            for proc, result in procs:
+                try:
+                    code = proc.wait(timeout=max(timeout_s - (time.perf_counter() - start), 0))
+                except subprocess.TimeoutExpired:
+                    code = "timed out"
+                if code == 0 and result.exists():
+                    report = json.loads(result.read_text())
+                    loaded.update(tuple(call) for call in report["loaded"])
+                    seconds.append(report["seconds"])
+                else:
+                    failed += 1
+                    logger.warning("DSA kernel warm-up: a worker failed (%s); the engine runs every call itself",
+                                   code)
+        finally:  # none outlives the wait (a timeout, or the model unloaded meanwhile)
+            for proc, _ in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
     if failed:
         return None
     logger.info("DSA kernel warm-up: %d workers ran %d calls in %.1f s (%.1f-%.1f s a worker); %d of them loaded "
@@ -171,9 +177,12 @@ def _run_worker(job: dict, worker: int, workers: int) -> dict:
 
 
 def _claimed_calls(job: dict, worker: int, workers: int):
-    """The calls of every block this worker claims, claimed one block at a time as it gets there."""
+    """The calls of every block this worker claims, claimed one block at a time as it gets there;
+    none once the engine's process is gone (the worker was handed to another parent)."""
     spans = job["blocks"]
     for i in claim_order(len(spans), worker, workers):
+        if os.getppid() != job["parent"]:
+            return
         try:
             os.close(os.open(Path(job["claims"]) / f"block{i}", os.O_CREAT | os.O_EXCL))
         except FileExistsError:

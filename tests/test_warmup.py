@@ -6,6 +6,7 @@ The compiles themselves are checked on the GPU (tests/kernels/test_specializatio
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 
 import pytest
@@ -210,7 +211,9 @@ def test_the_calls_are_cut_in_blocks_each_worker_starting_at_its_own_part():
 
 def test_worker_processes_claim_every_block_once_and_a_failed_one_is_reported(checkpoint, tmp_path):
     calls = [("mla", n, "DECODE") for n in range(1, 41)]
-    job = {"calls": calls, "blocks": warmup_workers.blocks(40, 2), "claims": str(tmp_path)}
+    job = {"calls": calls, "blocks": warmup_workers.blocks(40, 2), "claims": str(tmp_path), "parent": os.getppid()}
+    orphaned = {**job, "claims": str(tmp_path / "x"), "parent": os.getppid() + 1}
+    assert list(warmup_workers._claimed_calls(orphaned, 0, 2)) == []  # the engine's process is gone
     first = list(warmup_workers._claimed_calls(job, 1, 2))  # a worker alone claims every block
     assert sorted(first) == calls and first[0] == calls[20]
     assert list(warmup_workers._claimed_calls(job, 0, 2)) == []  # nothing left to claim
