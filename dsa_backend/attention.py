@@ -296,8 +296,9 @@ class KernelDsaBackend:
         logits, starts = KernelDsaBackend._ragged_logits(q_fp8[rows], w[rows], keys, batch, piece)
         # The ragged transform with zero offsets leaves positions within the request. It reads each
         # row's [start, start + context) only, so the logits skip their -inf fill there.
+        # a row ranks its own request's keys, the piece's logits hold every request's side by side
         return dsa_kernels.topk_transform(logits, context[rows], topk, "ragged", row_starts=starts,
-                                          offsets=torch.zeros_like(starts))
+                                          offsets=torch.zeros_like(starts), max_length=max(piece.key_lens))
 
     @staticmethod
     def _ragged_logits(q_fp8, w, keys, batch: ForwardBatch, piece: RaggedPiece) -> tuple[torch.Tensor, torch.Tensor]:

@@ -35,8 +35,7 @@ from dsa_backend.spec.tree import ROOT_ONLY
 from dsa_backend.token_counts import TokenCounts
 from dsa_backend.transfer import HostCopy, to_device
 from dsa_backend.kernel_loads import watch
-from dsa_backend.warmup import WarmupShapes, warm_up, warm_up_fp8_gemms
-from dsa_backend.warmup_workers import WorkerCache, compile_in_workers, default_workers
+from dsa_backend.warmup import WarmupShapes, default_threads, warm_up, warm_up_fp8_gemms
 from dsa_kernels.batch_invariant import enable_batch_invariant_mode
 
 logger = logging.getLogger(__name__)
@@ -66,7 +65,7 @@ class EngineArgs:
     speculative_eagle_topk: int = 1
     speculative_num_draft_tokens: int | None = None
     warmup: bool = False                 # CUDA: compile the DSA kernels for every step shape at start (warmup.py)
-    warmup_workers: int | None = None    # processes compiling the warm-up's kernels; None: auto; 0: in the engine
+    warmup_threads: int | None = None    # threads compiling the warm-up's kernels; None: auto; 0: one at a time
     cuda_graph: bool = True              # CUDA, bf16: decode (MTP chain: verify) steps replay graphs (cuda_graphs.py)
     overlap_schedule: bool = True        # no speculation: build step n + 1 while the GPU runs step n
     fp8_weights: str = "auto"            # FP8 checkpoints: keep (e4m3 GEMMs) / dequantize; auto: keep on CUDA >= sm89
@@ -127,8 +126,8 @@ class Engine:
         for name in ("page_size", "max_running_requests", "max_num_batched_tokens"):
             if getattr(args, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(args, name)}")
-        if args.warmup_workers is not None and args.warmup_workers < 0:
-            raise ValueError(f"warmup_workers must be 0 or more, got {args.warmup_workers}")
+        if args.warmup_threads is not None and args.warmup_threads < 0:
+            raise ValueError(f"warmup_threads must be 0 or more, got {args.warmup_threads}")
         self.args = args
         self.device = args.resolved_device()
         self.dtype = args.resolved_dtype(self.device)
@@ -151,8 +150,6 @@ class Engine:
         # A page for the graphs' padding rows, and for a chain's draft writes past a request's pages
         self.num_held_pages = 1 if graphs or (self.spec and self.spec.is_chain) else 0
         warmup_shapes = self._warmup_shapes() if args.warmup else None
-        # before the pools take the memory the workers need
-        loaded = self._compile_in_workers(warmup_shapes) if warmup_shapes else None
         self.cache = KVCache(self.config, self.num_kv_pages + self.num_held_pages, args.page_size, dtype=self.dtype,
                              kv_cache_dtype=args.kv_cache_dtype, mtp_has_indexer=info.mtp_has_indexer,
                              device=self.device)
@@ -171,7 +168,8 @@ class Engine:
             self.drafter = MtpDrafter(self.model, self.cache, self.spec, args.page_size, self.device, held_page,
                                       draft_graphs)
         if warmup_shapes:
-            warm_up(self.cache, self.config, warmup_shapes, calls=loaded)
+            warm_up(self.cache, self.config, warmup_shapes,
+                    args.warmup_threads if args.warmup_threads is not None else default_threads())
             if self.device.type == "cuda":  # the references on the CPU compile nothing
                 warm_up_fp8_gemms(self.model, args.max_num_batched_tokens, self.config.num_experts_per_tok)
             if self.graphs:
@@ -218,16 +216,6 @@ class Engine:
                             min(self.max_model_len, pool_tokens),
                             tokens_per_verify=self.spec.num_draft_tokens if self.spec else 1,
                             draft_rows=self.spec.topk if self.spec else 1)
-
-    def _compile_in_workers(self, shapes: WarmupShapes) -> list | None:
-        """The warm-up calls that load a kernel, found by worker processes (warmup_workers.py);
-        None where the engine runs every call itself (the CPU compiles nothing)."""
-        workers = self.args.warmup_workers if self.args.warmup_workers is not None else default_workers()
-        if self.device.type != "cuda" or workers == 0:
-            return None
-        pools = WorkerCache(self.args.model, self.args.page_size, str(self.dtype).removeprefix("torch."),
-                            self.args.kv_cache_dtype, str(self.device))
-        return compile_in_workers(pools, shapes, workers, self.config.index_topk)
 
     def _pages_from_memory(self) -> int:
         if self.device.type != "cuda":

@@ -15,18 +15,20 @@ which compiles DeepGEMM's kernel for every 64 rows a step can have.
 `warm_up` calls the model's own DSA backend over those shapes, for every step shape the engine's
 limits allow: decode (and speculative verify) at every batch size up to max_running_requests over a
 ladder of contexts up to the longest, sparse MLA at every row count a step can have, and prefill
-chunks over a ladder of token counts and key counts. Every request of a warm-up batch reads the
-same pages of the first layers' pools (random keys, written once), so it needs one longest
-request's pages, which it frees after. Nothing is compiled on the CPU: there it returns at once.
-Its calls are listed by `warmup_calls`, so that worker processes can compile them first
-(warmup_workers.py) and the engine then run only those that loaded a kernel (`calls`).
+pieces over a ladder of token counts and request lengths. It calls them inside
+dsa_kernels.compile_only: each Triton launch compiles its config and does not run, the compiles on
+a pool of threads (Triton starts each config once), so that the warm-up costs the compiles and
+the host's calls, not thousands of kernels run over long contexts. Every request of a warm-up
+batch reads the same pages of the first layers' pools (random keys, written once), so it needs
+one longest request's pages, which it frees after. Nothing is compiled on the CPU: there it
+returns at once.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -97,33 +99,37 @@ def warmup_calls(shapes: WarmupShapes, longest: int, page_size: int) -> dict[str
             "prefill": _prefill_calls(shapes, longest)}
 
 
-def warm_up(cache: KVCache, config: ModelConfig, shapes: WarmupShapes, calls: Iterable[Call] | None = None,
-            on_call: Callable[[Call], None] | None = None) -> int:
-    """Run the model's DSA backend over every step shape of `shapes` (or over `calls`, some of
-    them), calling on_call after each; returns the number of calls."""
+def default_threads() -> int:
+    """A compile thread for each CPU core this process may use, at most 16."""
+    return max(1, min(16, len(os.sched_getaffinity(0))))
+
+
+def warm_up(cache: KVCache, config: ModelConfig, shapes: WarmupShapes, threads: int = 0) -> int:
+    """Compile the model's DSA backend for every step shape of `shapes` (dsa_kernels.compile_only,
+    on `threads` compile threads; 0: one after another in this thread); returns the number of calls."""
     device = cache.mla.buffer.device
     backend = default_backend(device)
     if not isinstance(backend, KernelDsaBackend):  # the CPU's reference compiles nothing
         return 0
     longest = min(shapes.max_context_len, cache.allocator.num_pages * cache.page_size)
     pages = cache.allocator.allocate(pages_needed(longest, cache.page_size))
-    phases = warmup_calls(shapes, longest, cache.page_size) if calls is None else {"calls given": calls}
-    total = 0
+    total, start = 0, time.perf_counter()
     try:
         run = _Runner(cache, config, backend, pages, longest, max_rows=shapes.max_num_batched_tokens)
-        for phase, phase_calls in phases.items():
-            start, n = time.perf_counter(), 0
-            for call in phase_calls:
-                run(call)
-                n += 1
-                if on_call is not None:
-                    on_call(call)
-            if device.type == "cuda":  # so that the time logged holds the phase's last calls
-                torch.cuda.synchronize(device)
-            logger.info("DSA kernel warm-up, %s: %d calls in %.1f s", phase, n, time.perf_counter() - start)
-            total += n
+        with dsa_kernels.compile_only(threads):
+            for phase, calls in warmup_calls(shapes, longest, cache.page_size).items():
+                phase_start = time.perf_counter()
+                for call in calls:
+                    run(call)
+                logger.info("DSA kernel warm-up, %s: %d calls in %.1f s", phase, len(calls),
+                            time.perf_counter() - phase_start)
+                total += len(calls)
+            logger.info("DSA kernel warm-up: waiting for the compiles (%d threads)", threads)
     finally:
         cache.allocator.free(pages)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    logger.info("DSA kernel warm-up: %d calls compiled in %.1f s", total, time.perf_counter() - start)
     return total
 
 
@@ -147,15 +153,15 @@ def _attention_calls(shapes: WarmupShapes) -> list[Call]:
 
 
 def _prefill_calls(shapes: WarmupShapes, longest: int) -> list[Call]:
-    """Indexer top-k of prefill pieces of `tokens` rows against `keys` keys: one request, or where
-    the keys outrun one request, several whose tokens and keys add up to about those."""
+    """Indexer top-k of prefill pieces of `tokens` rows whose longest request has `keys` keys (what
+    the top-k's launch follows; the piece's logits hold its requests' keys side by side): one
+    request, or where its keys are fewer than the rows, several of `keys` keys each."""
     calls = []
     for tokens in prefill_ladder(shapes.max_num_batched_tokens):
-        widest = min(longest * shapes.max_running_requests, EXTEND_LOGITS_BYTES // 4 // tokens)
-        for keys in prefill_ladder(widest):
-            requests = -(-keys // longest)
-            if keys >= tokens >= requests:
-                calls.append(("indexer", requests, tokens // requests, keys // requests, ForwardMode.EXTEND.name))
+        for keys in prefill_ladder(min(longest, EXTEND_LOGITS_BYTES // 4 // tokens)):
+            requests = -(-tokens // keys)
+            if requests <= shapes.max_running_requests:
+                calls.append(("indexer", requests, tokens // requests, keys, ForwardMode.EXTEND.name))
     return calls
 
 

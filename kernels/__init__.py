@@ -2,6 +2,7 @@
 dispatch layer that prefers DeepGEMM / FlashMLA where they load. Use the functions re-exported
 here; `dsa_kernels.reference` holds the oracles and the score/top-k conventions."""
 
+from .compile_only import compile_only
 from .dispatch import (
     available_backends,
     calibrate_fp8_linear,
@@ -30,6 +31,7 @@ from .dispatch import (
 __all__ = [
     "available_backends",
     "calibrate_fp8_linear",
+    "compile_only",
     "expert_alignment",
     "expert_runs",
     "fp8_grouped_linear",

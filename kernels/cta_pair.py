@@ -15,6 +15,8 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from .compile_only import compiling_only
+
 LANES = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))  # one element a thread of a 4-warp partition
 
 
@@ -112,6 +114,8 @@ def launch(kernel_fn, programs: int, args: list, constexprs: dict):
     2 i and 2 i + 1 one cluster; returns the compiled kernel. Triton 3.6's launcher takes the
     cluster size from the packed metadata's second field (num_ctas) and multiplies the grid by it."""
     kernel = build(kernel_fn, programs, args, constexprs)
+    if compiling_only():
+        return kernel
     kernel._init_handles()
     try:
         num_warps, _, shared = kernel.packed_metadata

@@ -275,13 +275,15 @@ def ragged_indexer_logits(
 
 def topk_transform(
     logits, lengths, k: int, method: str, *, row_starts=None, block_table=None, page_size: int | None = None,
-    next_n: int = 1, offsets=None, backend: str = "auto",
+    next_n: int = 1, offsets=None, backend: str = "auto", max_length: int | None = None,
 ) -> torch.Tensor:
     """Top-k of each row's range, transformed: [N, k] int32, -1 padded.
 
     method "paged": pool slot ids through block_table [N // next_n, max_pages] (decode-like modes);
     method "ragged": position + offsets[i] (prefill; offsets are required). Row i ranks
     logits[i, row_starts[i] : row_starts[i] + lengths[i]] (row_starts defaults to 0).
+    max_length: a bound on the lengths that the caller knows on the host (a prefill piece's
+    longest request), which sizes the kernel's launch where the logits are much wider.
     CUDA graphs: run one call on the capture stream before capturing (a warm-up), or the captured
     top-k takes the slower three launches (kernels/topk_cooperative.py, barrier counters).
     """
@@ -306,9 +308,9 @@ def topk_transform(
 
     if method == "paged":
         return tk.topk_transform(logits, lengths.int(), k, tk.TRANSFORM_PAGED, row_starts=_int(row_starts),
-                                 block_table=block_table, page_size=page_size, next_n=next_n)
+                                 block_table=block_table, page_size=page_size, next_n=next_n, max_length=max_length)
     return tk.topk_transform(logits, lengths.int(), k, tk.TRANSFORM_RAGGED, row_starts=_int(row_starts),
-                             offsets=_int(offsets.reshape(-1)))
+                             offsets=_int(offsets.reshape(-1)), max_length=max_length)
 
 
 def _int(t):

@@ -434,8 +434,9 @@ class CandidateLists:
     first: torch.Tensor
 
 
-def candidate_lists(logits, lengths, row_starts, k: int, cfg: TopkConfig) -> CandidateLists:
-    n, width = logits.shape
+def candidate_lists(logits, lengths, row_starts, k: int, cfg: TopkConfig, width: int | None = None) -> CandidateLists:
+    """width: the widest range a row ranks (default: the logits' width)."""
+    n, width = logits.shape[0], width or logits.shape[1]
     bins = max(32, next_power_of_2(cdiv(width, cfg.block)))  # histograms want a warp multiple
     lists = CandidateLists(torch.empty(n, device=logits.device, dtype=torch.int32),
                            torch.empty(n, cfg.cap, device=logits.device, dtype=torch.int32),
@@ -470,14 +471,19 @@ def topk_transform(
     logits: torch.Tensor, lengths: torch.Tensor, k: int, transform: int = TRANSFORM_NONE, *,
     row_starts: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
     page_size: int = 1, next_n: int = 1, offsets: torch.Tensor | None = None, config: TopkConfig | None = None,
+    max_length: int | None = None,
 ) -> torch.Tensor:
     """logits [N, W] fp32, lengths [N] int32 -> [N, k] int32: positions, slots or ragged indices, -1 padded.
 
     Row i ranks logits[i, row_starts[i] : row_starts[i] + lengths[i]] (within W); argument checks
     live in kernels/dispatch.py. Without a `config`, grids small enough for kernels/topk_cooperative
     take its single launch; the rest take these three launches with topk_config for the shape.
+    max_length, where the caller knows one, bounds every length: the launch is sized by it rather
+    than by W. Rows of several requests' keys side by side (a prefill piece) are W = their sum
+    wide, while a row ranks one request's keys.
     """
     n, width = logits.shape
+    width = width if max_length is None else max(1, min(width, max_length))  # the widest range a row ranks
     out = torch.empty(n, k, device=logits.device, dtype=torch.int32)
     if n == 0:
         return out
@@ -488,10 +494,10 @@ def topk_transform(
 
         parts = parts_per_row(n, width, num_sms(logits.device))
         if parts is not None and cooperative_topk(logits, lengths, row_starts, k, parts, out, transform, block_table,
-                                                  page_size, next_n, offsets):
+                                                  page_size, next_n, offsets, width=width):
             return out
     cfg = config or topk_config(n, width, k, num_sms(logits.device))
-    lists = candidate_lists(logits, lengths, row_starts, k, cfg)
+    lists = candidate_lists(logits, lengths, row_starts, k, cfg, width)
     select_and_write(logits, lengths, row_starts, k, cfg, lists, out, transform, block_table, page_size, next_n,
                      offsets)
     return out

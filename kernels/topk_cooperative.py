@@ -331,14 +331,15 @@ _KERNEL = "the one-launch top-k"
 
 def cooperative_topk(
     logits, lengths, row_starts, k: int, parts: int, out: torch.Tensor, transform: int, block_table, page_size: int,
-    next_n: int, offsets, max_slice: int = MAX_SLICE,
+    next_n: int, offsets, max_slice: int = MAX_SLICE, width: int | None = None,
 ) -> bool:
     """Arguments as kernels/topk.topk_transform, parts from parts_per_row; False (nothing written)
     when the driver refuses the grid as a cooperative launch, e.g. an MPS client given fewer SMs
     than the device has, or inside a capture with no barrier counters yet (grid_barrier.counters): the
     caller then takes the three launches. A program holds up to max_slice keys at once and streams
-    a longer span (tests stream small rows with a small one)."""
-    n, width = logits.shape
+    a longer span (tests stream small rows with a small one). width: the widest range a row ranks
+    (default: the logits' width)."""
+    n, width = logits.shape[0], width or logits.shape[1]
     if parts > 1 and grid_barrier.refused(_KERNEL, logits.device, n * parts):
         return False
     # one-program rows meet no other

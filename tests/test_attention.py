@@ -251,6 +251,9 @@ def test_a_prefill_chunk_among_long_decodes_is_ranked_in_pieces(config, monkeypa
     sizes, ragged = [], dsa_kernels.ragged_indexer_logits
     monkeypatch.setattr(dsa_kernels, "ragged_indexer_logits",
                         lambda q, *a, **k: sizes.append(q.shape[0] * a[1].shape[0]) or ragged(q, *a, **k))
+    bounds, topk = [], dsa_kernels.topk_transform
+    monkeypatch.setattr(dsa_kernels, "topk_transform", lambda logits, lens, *a, **k: bounds.append(
+        (logits.shape[1], int(lens.max()), k["max_length"])) or topk(logits, lens, *a, **k))
     budget = 120  # logits a call: the 9- and 12-token chunks go in slices of their rows
     got = KernelDsaBackend(extend_logits_bytes=4 * budget).indexer_topk(q, w, cache.indexer, layer, batch, TOPK, 0.1)
     assert torch.equal(got, want)
@@ -258,6 +261,10 @@ def test_a_prefill_chunk_among_long_decodes_is_ranked_in_pieces(config, monkeypa
     calls = len(sizes)
     assert torch.equal(KernelDsaBackend().indexer_topk(q, w, cache.indexer, layer, batch, TOPK, 0.1), want)
     assert sizes[calls:] == [batch.num_tokens * sum(lengths)]  # the default budget: one call, as before
+    # the top-k's launch is sized by the longest request of a piece, not by the piece's logits,
+    # which hold every request's keys side by side
+    assert all(longest_row <= bound <= width for width, longest_row, bound in bounds), bounds
+    assert bounds[-1] == (sum(lengths), max(lengths), max(lengths))
 
 
 def test_backend_is_chosen_by_device():

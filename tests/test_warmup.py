@@ -5,14 +5,12 @@ The compiles themselves are checked on the GPU (tests/kernels/test_specializatio
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import random
 
 import pytest
 import torch
 
-from dsa_backend import warmup, warmup_workers
+from dsa_backend import warmup
 from dsa_backend.attention import EXTEND_LOGITS_BYTES, KernelDsaBackend
 from dsa_backend.cache import KVCache
 from dsa_backend.config import ModelConfig
@@ -48,17 +46,16 @@ def test_the_context_ladder_reaches_every_decode_config(next_n):
 
 
 def test_the_prefill_ladders_reach_every_topk_config():
-    # A piece of t rows holds at most t requests, so at most t * LONGEST keys.
-    swept = set()
-    for tokens in warmup.prefill_ladder(TOKENS):
-        for keys in warmup.prefill_ladder(min(LONGEST * RUNNING, EXTEND_LOGITS_BYTES // 4 // tokens)):
-            requests = -(-keys // LONGEST)
-            if keys >= tokens >= requests:
-                swept.add(topk_launch(requests * (tokens // requests), requests * (keys // requests)))
+    # A piece's top-k launch follows its rows and its longest request's keys (the top-k's
+    # max_length), not its logits' width (every request's keys side by side).
+    shapes = warmup.WarmupShapes(RUNNING, TOKENS, LONGEST)
+    swept = {topk_launch(requests * tokens, keys)
+             for _, requests, tokens, keys, _ in warmup.warmup_calls(shapes, LONGEST, 64)["prefill"]}
     rng = random.Random(0)
     for _ in range(20000):
         tokens = rng.randint(1, TOKENS)
-        keys = rng.randint(tokens, min(LONGEST * tokens, EXTEND_LOGITS_BYTES // 4 // tokens))
+        # the longest of at most RUNNING requests that hold the rows, within the logits budget
+        keys = rng.randint(-(-tokens // RUNNING), min(LONGEST, EXTEND_LOGITS_BYTES // 4 // tokens))
         assert topk_launch(tokens, keys) in swept, (tokens, keys)
 
 
@@ -138,121 +135,69 @@ def test_the_engine_warms_up_at_its_own_limits_when_asked(checkpoint, monkeypatc
     from dsa_backend import engine as engine_module
 
     seen = []
-    monkeypatch.setattr(engine_module, "warm_up", lambda cache, config, shapes, calls: seen.append((shapes, calls)))
-    monkeypatch.setattr(engine_module, "compile_in_workers", lambda *a: pytest.fail("no workers on the CPU"))
+    monkeypatch.setattr(engine_module, "warm_up", lambda cache, config, shapes, threads: seen.append((shapes, threads)))
     args = dict(model=str(checkpoint("deepseek_v32")), device="cpu", dtype="float32", page_size=16,
                 max_running_requests=5, max_num_batched_tokens=96, max_model_len=300)
     engine_module.Engine(engine_module.EngineArgs(**args))
     assert seen == []  # off by default
     engine_module.Engine(engine_module.EngineArgs(**args, warmup=True, speculative_algorithm="mtp",
                                                   speculative_num_steps=3))
-    assert seen == [(warmup.WarmupShapes(5, 96, 300, tokens_per_verify=4, draft_rows=1), None)]  # every call
+    assert seen == [(warmup.WarmupShapes(5, 96, 300, tokens_per_verify=4, draft_rows=1), warmup.default_threads())]
     seen.clear()
-    engine_module.Engine(engine_module.EngineArgs(**args, warmup=True, num_kv_pages=10))
-    assert seen == [(warmup.WarmupShapes(5, 96, 160), None)]  # no context past what the pools hold
-    with pytest.raises(ValueError, match="warmup_workers must be 0 or more, got -1"):
-        engine_module.Engine(engine_module.EngineArgs(**args, warmup=True, warmup_workers=-1))
+    engine_module.Engine(engine_module.EngineArgs(**args, warmup=True, num_kv_pages=10, warmup_threads=0))
+    assert seen == [(warmup.WarmupShapes(5, 96, 160), 0)]  # no context past what the pools hold
+    with pytest.raises(ValueError, match="warmup_threads must be 0 or more, got -1"):
+        engine_module.Engine(engine_module.EngineArgs(**args, warmup=True, warmup_threads=-1))
+    assert 1 <= warmup.default_threads() <= 16
 
 
-def test_on_a_gpu_the_engine_runs_only_the_calls_its_workers_found_loading_kernels(checkpoint, monkeypatch):
-    from dsa_backend import engine as engine_module
+def test_the_warm_up_calls_the_backend_with_kernel_launches_compiling_only(monkeypatch):
+    import dsa_kernels
 
-    found, seen, asked = [("mla", 1, "DECODE")], [], []
-    monkeypatch.setattr(engine_module, "warm_up", lambda cache, config, shapes, calls: seen.append(calls))
-    monkeypatch.setattr(engine_module.Engine, "_compile_in_workers", lambda self, shapes: found)
-    engine = engine_module.Engine(engine_module.EngineArgs(model=str(checkpoint("deepseek_v32")), device="cpu",
-                                                           dtype="float32", page_size=16, max_model_len=300,
-                                                           warmup=True, warmup_workers=3))
-    assert seen == [found]
-    # what the workers are told (the device as the engine's, not a GPU here)
-    monkeypatch.undo()
-    monkeypatch.setattr(engine_module, "compile_in_workers", lambda pools, shapes, workers, topk: asked.append(
-        (pools, shapes, workers, topk)) or found)
-    monkeypatch.setattr(engine, "device", torch.device("cuda:1"))
-    assert engine._compile_in_workers(warmup.WarmupShapes(4, 64, 128)) is found
-    pools, shapes, workers, topk = asked[0]
-    assert (pools.page_size, pools.dtype, pools.kv_cache_dtype, pools.device, workers) == (16, "float32", "auto",
-                                                                                           "cuda:1", 3)
-    assert topk == engine.config.index_topk
-    engine.args = dataclasses.replace(engine.args, warmup_workers=0)  # 0: the engine compiles them itself
-    assert engine._compile_in_workers(warmup.WarmupShapes(4, 64, 128)) is None and len(asked) == 1
+    config = ModelConfig.from_dict(make_config("deepseek_v32", "tiny"))
+    cache = KVCache(config, 40, 16, dtype=torch.float32, kv_cache_dtype="fp8")
+    inside, blocks = [], []
+    backend = CountingBackend()
+    monkeypatch.setattr(warmup, "default_backend", lambda device: backend)
+    real = dsa_kernels.compile_only
+
+    def watched(threads):
+        blocks.append(threads)
+        return real(threads)
+
+    monkeypatch.setattr(dsa_kernels, "compile_only", watched)
+    count = backend.indexer_topk
+    monkeypatch.setattr(backend, "indexer_topk", lambda *a: inside.append(_compiling_only()) or count(*a))
+    warmup.warm_up(cache, config, warmup.WarmupShapes(2, 8, 64), threads=3)
+    assert blocks == [3] and inside and all(inside)
+    assert not _compiling_only()
 
 
-def test_calls_grouped_by_their_top_k_launch_spread_fewer_variants_over_the_workers():
-    shapes = warmup.WarmupShapes(8, 256, 16384)
-    listed = [c for phase in warmup.warmup_calls(shapes, 16384, 64).values() for c in phase]
-    grouped = warmup_workers.compile_order(listed, 2048, SMS)
-    assert sorted(grouped) == sorted(listed)
+def _compiling_only() -> bool:
+    from dsa_kernels.compile_only import compiling_only
 
-    def launch(call):
-        _, requests, tokens, context, mode = call
-        return topk_launch(requests * tokens, -(-(requests * context if mode == "EXTEND" else context) // 16) * 16)
-
-    def variants_a_worker(calls):  # eight workers taking an eighth of the list each
-        return [len({launch(c) for c in calls[len(calls) * w // 8:len(calls) * (w + 1) // 8] if c[0] == "indexer"})
-                for w in range(8)]
-
-    distinct = len({launch(c) for c in listed if c[0] == "indexer"})
-    assert sum(variants_a_worker(listed)) > 3 * distinct and sum(variants_a_worker(grouped)) < 1.25 * distinct
-    decode = [c for c in grouped if c[0] == "indexer" and c[4] == "DECODE"]
-    assert decode == sorted(decode, key=lambda c: (repr(launch(c)), listed.index(c)))  # listed order within a group
-
-
-def test_the_calls_are_cut_in_blocks_each_worker_starting_at_its_own_part():
-    spans = warmup_workers.blocks(1000, 3)
-    assert len(spans) == 48 and spans[0][0] == 0 and spans[-1][1] == 1000
-    assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(spans, spans[1:]))
-    assert warmup_workers.blocks(2, 3) == [(0, 1), (1, 2)]
-    orders = [warmup_workers.claim_order(48, w, 3) for w in range(3)]
-    assert [o[0] for o in orders] == [0, 16, 32] and all(sorted(o) == list(range(48)) for o in orders)
-    assert orders[1][:17] == list(range(16, 33))
-    assert 1 <= warmup_workers.default_workers() <= 8
-
-
-def test_worker_processes_claim_every_block_once_and_a_failed_one_is_reported(checkpoint, tmp_path):
-    calls = [("mla", n, "DECODE") for n in range(1, 41)]
-    job = {"calls": calls, "blocks": warmup_workers.blocks(40, 2), "claims": str(tmp_path), "parent": os.getppid()}
-    orphaned = {**job, "claims": str(tmp_path / "x"), "parent": os.getppid() + 1}
-    assert list(warmup_workers._claimed_calls(orphaned, 0, 2)) == []  # the engine's process is gone
-    first = list(warmup_workers._claimed_calls(job, 1, 2))  # a worker alone claims every block
-    assert sorted(first) == calls and first[0] == calls[20]
-    assert list(warmup_workers._claimed_calls(job, 0, 2)) == []  # nothing left to claim
-    shapes = warmup.WarmupShapes(2, 8, 64)
-    pools = warmup_workers.WorkerCache(str(checkpoint("deepseek_v32")), 16, "float32", "auto", "cpu")
-    assert warmup_workers.compile_in_workers(pools, shapes, 2, 16) == []  # real processes; the CPU loads nothing
-    missing = dataclasses.replace(pools, model=str(checkpoint("deepseek_v32")) + "-missing")
-    assert warmup_workers.compile_in_workers(missing, shapes, 2, 16) is None
+    return compiling_only()
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("workers", [4, 0])  # the workers first: they fill the cache the engine alone then loads
+@pytest.mark.parametrize("threads", [4, 0])
 @pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
-def test_after_the_warm_up_no_step_compiles_a_kernel(monkeypatch, tmp_path, kv_cache_dtype, workers):
+def test_after_the_warm_up_no_step_compiles_a_kernel(monkeypatch, kv_cache_dtype, threads):
     """DeepSeek-V3.2's DSA shapes (64 indexer heads, 128 heads, top-k 2048) within small limits:
-    after warm_up, random decode, verify and mixed prefill steps (contexts not on page boundaries)
-    run the kernel backend without one Triton compile. With workers, the engine's process runs
-    only the calls they found loading kernels."""
-    import json
-
+    after warm_up, random decode, verify and mixed prefill steps (contexts up to the longest, off
+    the page boundaries) run the kernel backend without one Triton compile."""
     import triton
 
     from dsa_backend.attention import default_backend
     from dsa_backend.batch import ForwardBatch, ForwardMode
     from dsa_backend.cache import pages_needed
 
-    raw = make_config("deepseek_v32", "v32-slice")
-    config = ModelConfig.from_dict(raw)
-    cache = KVCache(config, 320, 64, dtype=torch.bfloat16, kv_cache_dtype=kv_cache_dtype, device="cuda")
+    config = ModelConfig.from_dict(make_config("deepseek_v32", "v32-slice"))
     running, budget, longest = 8, 256, 16384
+    cache = KVCache(config, running * pages_needed(longest, 64) + 8, 64, dtype=torch.bfloat16,
+                    kv_cache_dtype=kv_cache_dtype, device="cuda")
     shapes = warmup.WarmupShapes(running, budget, longest, tokens_per_verify=2)
-    loaded = None
-    if workers:
-        (tmp_path / "config.json").write_text(json.dumps(raw))
-        pools = warmup_workers.WorkerCache(str(tmp_path), 64, "bfloat16", kv_cache_dtype, "cuda")
-        loaded = warmup_workers.compile_in_workers(pools, shapes, workers, config.index_topk)
-        every = sum(len(calls) for calls in warmup.warmup_calls(shapes, longest, 64).values())
-        assert loaded is not None and 0 < len(loaded) < every
-    warmup.warm_up(cache, config, shapes, calls=loaded)
+    assert warmup.warm_up(cache, config, shapes, threads) > 0
     compiled = []
     monkeypatch.setattr(triton.knobs.runtime, "jit_cache_hook", lambda **kw: compiled.append(kw["fn"].name))
     backend, rng = default_backend("cuda"), random.Random(0)
@@ -263,7 +208,7 @@ def test_after_the_warm_up_no_step_compiles_a_kernel(monkeypatch, tmp_path, kv_c
             new = [rng.choice([1, rng.randint(2, budget // requests)]) for _ in range(requests)]
         else:
             new = [1 if mode is ForwardMode.DECODE else 2] * requests
-        lengths = [rng.randint(n + 1, longest // running) for n in new]
+        lengths = [rng.randint(n + 1, longest) for n in new]
         pages = [cache.allocator.allocate(pages_needed(n, 64)) for n in lengths]
         batch = ForwardBatch.build(mode, [[0] * n for n in new], [s - n for s, n in zip(lengths, new)], pages, 64,
                                    "cuda", all_logits=mode is ForwardMode.TARGET_VERIFY)

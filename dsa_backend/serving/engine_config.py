@@ -26,9 +26,9 @@ def engine_args(params: dict[str, str], device: str) -> EngineArgs:
         max_num_batched_tokens=_int(params, "max_num_batched_tokens", "2048"),
         max_model_len=_optional_int(params, "max_model_len"),
         batch_invariant=_bool(params, "batch_invariant", "false"),
-        warmup=_bool(params, "warmup", "false"),
-        warmup_workers=(None if params.get("warmup_workers", "auto").strip() in ("auto", "")
-                        else _int(params, "warmup_workers", "")),
+        warmup=_bool(params, "warmup", "true"),
+        warmup_threads=(None if params.get("warmup_threads", "auto").strip() in ("auto", "")
+                        else _int(params, "warmup_threads", "")),
         cuda_graph=_bool(params, "cuda_graph", "true"),
         overlap_schedule=_bool(params, "overlap_schedule", "true"),
         fp8_weights=_choice(params, "fp8_weights", "auto", FP8_WEIGHT_CHOICES),

@@ -31,8 +31,8 @@ DEFAULTS = {
     "max_num_batched_tokens": "2048",
     "max_model_len": "none",
     "batch_invariant": "false",
-    "warmup": "false",
-    "warmup_workers": "auto",             # processes compiling the warm-up's kernels; 0: the engine's own
+    "warmup": "true",                     # GPU: compile every step shape's kernels before ready
+    "warmup_threads": "auto",             # threads compiling the warm-up's kernels; 0: one at a time
     "cuda_graph": "true",
     "overlap_schedule": "true",           # schedule step n + 1 while the GPU runs step n (no speculation)
     "fp8_weights": "auto",                # FP8 checkpoints: auto (keep on a GPU), keep, dequantize

@@ -157,6 +157,18 @@ def test_ragged_transform_adds_each_tokens_offset():
     assert torch.equal(out, reference.ragged_transform_ref(pos, offsets))
 
 
+@pytest.mark.parametrize("config", [SMALL, None], ids=["three-launches", "one-launch"])
+def test_rows_ranking_one_request_among_many_size_the_launch_by_the_longest(config):
+    # a prefill piece: requests' keys side by side in 600 columns, each row ranking its own request's
+    logits = _logits(5, 600)
+    starts = torch.tensor([0, 0, 150, 300, 450]).int()
+    lengths = torch.tensor([150, 70, 150, 1, 129]).int()
+    offsets = torch.zeros(5, dtype=torch.int32)
+    out = topk.topk_transform(logits, lengths, K, topk.TRANSFORM_RAGGED, row_starts=starts, offsets=offsets,
+                              config=config, max_length=150)
+    assert torch.equal(out, reference.topk_positions_ref(logits, lengths, K, starts))
+
+
 def test_reference_ragged_transform_without_offsets_raises():
     with pytest.raises(RuntimeError, match="offsets"):
         reference.ragged_transform_ref(torch.zeros(1, K, dtype=torch.int32), None)

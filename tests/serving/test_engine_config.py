@@ -77,19 +77,19 @@ def test_overlap_scheduling_is_on_by_default_and_can_be_turned_off():
         engine_args({**FILLED, "overlap_schedule": "sometimes"}, "cpu")
 
 
-def test_warmup_is_off_by_default_and_can_be_turned_on():
-    assert engine_args(FILLED, "cpu").warmup is False
-    assert engine_args({**FILLED, "warmup": "true"}, "cpu").warmup is True
+def test_warmup_is_on_by_default_and_can_be_turned_off():
+    assert engine_args(FILLED, "cpu").warmup is True
+    assert engine_args({**FILLED, "warmup": "false"}, "cpu").warmup is False
     with pytest.raises(ValueError, match="warmup must be true or false, got 'later'"):
         engine_args({**FILLED, "warmup": "later"}, "cpu")
 
 
-def test_warmup_workers_are_auto_by_default_and_a_count_otherwise():
-    assert engine_args(FILLED, "cpu").warmup_workers is None
-    assert engine_args({**FILLED, "warmup_workers": "0"}, "cpu").warmup_workers == 0
-    assert engine_args({**FILLED, "warmup_workers": "6"}, "cpu").warmup_workers == 6
-    with pytest.raises(ValueError, match="warmup_workers must be an integer, got 'many'"):
-        engine_args({**FILLED, "warmup_workers": "many"}, "cpu")
+def test_warmup_threads_are_auto_by_default_and_a_count_otherwise():
+    assert engine_args(FILLED, "cpu").warmup_threads is None
+    assert engine_args({**FILLED, "warmup_threads": "0"}, "cpu").warmup_threads == 0
+    assert engine_args({**FILLED, "warmup_threads": "6"}, "cpu").warmup_threads == 6
+    with pytest.raises(ValueError, match="warmup_threads must be an integer, got 'many'"):
+        engine_args({**FILLED, "warmup_threads": "many"}, "cpu")
 
 
 def test_prefix_caching_is_on_by_default_and_can_be_turned_off():
