@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks for one device call, from the repository root, carrying .device (see gpu-pack):
 #   bash benchmarks/device_checks.sh gpu-tests serving engine topk spec   (gpu-tests-mla: sparse MLA's tests;
-#   gpu-tests-warmup: the start-up warm-up's, ~3 minutes with a cold Triton cache; gpu-tests-model: the
+#   gpu-tests-warmup: the start-up warm-up's, ~2 minutes with a cold Triton cache; gpu-tests-model: the
 #   model's against transformers, the routed experts', sampling's, the decode CUDA graphs')
 # Each stage is bounded by its own timeout so that one stuck stage still leaves the others' output.
 set -u

@@ -124,7 +124,8 @@ def warm_up(cache: KVCache, config: ModelConfig, shapes: WarmupShapes, threads: 
                 logger.info("DSA kernel warm-up, %s: %d calls in %.1f s", phase, len(calls),
                             time.perf_counter() - phase_start)
                 total += len(calls)
-            logger.info("DSA kernel warm-up: waiting for the compiles (%d threads)", threads)
+            if threads:
+                logger.info("DSA kernel warm-up: waiting for the compiles on %d threads", threads)
     finally:
         cache.allocator.free(pages)
     if device.type == "cuda":
