@@ -15,6 +15,8 @@ import logging
 import threading
 import time
 
+from dsa_kernels.compile_only import compiling_only
+
 logger = logging.getLogger(__name__)
 # Loads from Triton's disk cache take milliseconds; compiles, a second or more
 _COMPILE_S = 0.25
@@ -30,10 +32,15 @@ class KernelLoads:
         self._started: dict[int, float] = {}  # by thread: when its load began
 
     def before(self, **kw) -> bool | None:
-        self._started[threading.get_ident()] = time.perf_counter()
+        if not compiling_only():  # a warm-up's compiles keep no step waiting
+            self._started[threading.get_ident()] = time.perf_counter()
         return self._before_hook(**kw) if self._before_hook else None  # True: the hook skips the compile
 
     def after(self, **kw) -> None:
+        if compiling_only():
+            if self._after_hook:
+                self._after_hook(**kw)
+            return
         began = self._started.pop(threading.get_ident(), None)
         seconds = time.perf_counter() - began if began is not None else 0.0
         self.count += 1

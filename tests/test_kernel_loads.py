@@ -30,6 +30,24 @@ def test_each_load_is_counted_timed_and_handed_to_the_hooks_it_replaced(monkeypa
     assert levels == [("INFO", False), ("WARNING", True)]  # 10 ms: read from the cache; 1.5 s: compiled
 
 
+def test_compiles_inside_compile_only_are_passed_on_but_not_counted(monkeypatch):
+    import importlib
+
+    from dsa_kernels import compile_only
+
+    # Triton's launcher left as it is
+    monkeypatch.setattr(importlib.import_module("dsa_kernels.compile_only"), "_wrapped", True)
+    seen = []
+    loads = kernel_loads.KernelLoads(after_hook=lambda **kw: seen.append(kw["fn"].name))
+    with compile_only():  # the engine's warm-up
+        loads.before(fn=KERNEL)
+        loads.after(fn=KERNEL)
+    assert loads.count == 0 and loads.seconds == 0.0 and seen == ["_topk_kernel"]
+    loads.before(fn=KERNEL)
+    loads.after(fn=KERNEL)
+    assert loads.count == 1
+
+
 def test_the_watch_is_installed_once_over_tritons_hooks():
     import triton
 

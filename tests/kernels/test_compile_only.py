@@ -1,5 +1,8 @@
 """dsa_kernels.compile_only: Triton launches inside compile their config and do not run."""
 
+import importlib
+import threading
+
 import pytest
 import torch
 import triton
@@ -9,17 +12,33 @@ from triton.runtime.jit import JITFunction
 
 from dsa_kernels.compile_only import compile_only, compiling_only
 
+module = importlib.import_module("dsa_kernels.compile_only")  # dsa_kernels.compile_only is the function
 
-def test_launches_inside_ask_triton_to_compile_only_and_the_launcher_comes_back_after(monkeypatch):
-    asked = []
-    monkeypatch.setattr(JITFunction, "run", lambda self, *args, grid, warmup, **kw: asked.append((args, warmup)))
-    launcher = JITFunction.run
+
+@pytest.fixture
+def asked(monkeypatch):
+    """Triton's launcher replaced by one that records (argument, warmup), wrapped afresh."""
+    calls = []
+    monkeypatch.setattr(JITFunction, "run", lambda self, *args, grid, warmup, **kw: calls.append((args[0], warmup)))
+    monkeypatch.setattr(module, "_wrapped", False)
+    return calls
+
+
+def test_launches_inside_ask_triton_to_compile_only(asked):
     with compile_only():
         assert compiling_only() and _async_compile.active_mode.get() is None  # no threads: compiles in line
         JITFunction.run(None, 7, grid=(1,), warmup=False)
     JITFunction.run(None, 8, grid=(1,), warmup=False)
-    assert asked == [((7,), True), ((8,), False)]
-    assert JITFunction.run is launcher and not compiling_only()
+    assert asked == [(7, True), (8, False)] and not compiling_only()
+
+
+def test_other_threads_launch_as_usual_meanwhile(asked):
+    with compile_only():
+        other = threading.Thread(target=lambda: JITFunction.run(None, 9, grid=(1,), warmup=False))
+        other.start()
+        other.join()
+        JITFunction.run(None, 7, grid=(1,), warmup=False)
+    assert asked == [(9, False), (7, True)]
 
 
 def test_with_threads_triton_compiles_asynchronously_inside_only():
@@ -28,13 +47,14 @@ def test_with_threads_triton_compiles_asynchronously_inside_only():
     assert _async_compile.active_mode.get() is None
 
 
-def test_a_failure_inside_restores_the_launcher_and_nesting_is_refused():
-    launcher = JITFunction.run
+def test_a_failure_inside_ends_the_block_and_nesting_is_refused(asked):
     with pytest.raises(ValueError, match="boom"), compile_only(threads=2):
         with pytest.raises(RuntimeError, match="already active"), compile_only():
             pass
         raise ValueError("boom")
-    assert JITFunction.run is launcher and not compiling_only() and _async_compile.active_mode.get() is None
+    assert not compiling_only() and _async_compile.active_mode.get() is None
+    JITFunction.run(None, 8, grid=(1,), warmup=False)
+    assert asked == [(8, False)]
 
 
 @triton.jit

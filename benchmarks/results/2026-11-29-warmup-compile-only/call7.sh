@@ -1,0 +1,2 @@
+source .device/setup.sh && mkdir -p /tmp/dsa && ln -sfn "$PWD/kernels" /tmp/dsa/dsa_kernels && ln -sfn "$PWD/client" /tmp/dsa/dsa_client && echo /tmp/dsa > "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_dsa.pth"
+timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_compile_only.py tests/test_warmup.py -k "compile_only or (fp8 and 4)" 2>&1 | tail -4
