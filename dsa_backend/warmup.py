@@ -89,7 +89,7 @@ def prefill_ladder(largest: int) -> list[int]:
     return ladder(largest, 1, 8, 1 / 4)
 
 
-# A warm-up call: ("indexer", requests, tokens, context, mode name) or ("mla", rows, mode name).
+# A warm-up call: ("indexer", requests, tokens, context, mode) or ("mla", rows, mode).
 Call = tuple
 
 
@@ -141,7 +141,7 @@ def _decode_calls(shapes: WarmupShapes, longest: int, page_size: int) -> list[Ca
     for n in range(1, shapes.tokens_per_verify + 1):
         rows = shapes.decode_rows if n == 1 else min(shapes.max_running_requests, shapes.max_num_batched_tokens // n)
         mode = ForwardMode.DECODE if n == 1 else ForwardMode.TARGET_VERIFY
-        calls += [("indexer", batch, n, max(context, n), mode.name) for batch in range(1, rows + 1)
+        calls += [("indexer", batch, n, max(context, n), mode) for batch in range(1, rows + 1)
                   for context in contexts]
     return calls
 
@@ -149,8 +149,8 @@ def _decode_calls(shapes: WarmupShapes, longest: int, page_size: int) -> list[Ca
 def _attention_calls(shapes: WarmupShapes) -> list[Call]:
     """Sparse MLA at every row count of a decode-like step and of a prefill step."""
     decode_rows = max(shapes.decode_rows, shapes.tokens_per_verify)
-    return ([("mla", n, ForwardMode.DECODE.name) for n in range(1, decode_rows + 1)]
-            + [("mla", n, ForwardMode.EXTEND.name) for n in range(1, shapes.max_num_batched_tokens + 1)])
+    return ([("mla", n, ForwardMode.DECODE) for n in range(1, decode_rows + 1)]
+            + [("mla", n, ForwardMode.EXTEND) for n in range(1, shapes.max_num_batched_tokens + 1)])
 
 
 def _prefill_calls(shapes: WarmupShapes, longest: int) -> list[Call]:
@@ -162,7 +162,7 @@ def _prefill_calls(shapes: WarmupShapes, longest: int) -> list[Call]:
         for keys in prefill_ladder(min(longest, EXTEND_LOGITS_BYTES // 4 // tokens)):
             requests = -(-tokens // keys)
             if requests <= shapes.max_running_requests:
-                calls.append(("indexer", requests, tokens // requests, keys, ForwardMode.EXTEND.name))
+                calls.append(("indexer", requests, tokens // requests, keys, ForwardMode.EXTEND))
     return calls
 
 
@@ -254,9 +254,9 @@ class _Runner:
 
     def __call__(self, call: Call) -> None:
         if call[0] == "indexer":
-            self.indexer(*call[1:4], ForwardMode[call[4]])
+            self.indexer(*call[1:])
         else:
-            self.mla_rows(call[1], ForwardMode[call[2]])
+            self.mla_rows(*call[1:])
 
     def indexer(self, requests: int, tokens: int, context: int, mode: ForwardMode) -> None:
         batch = self.batch(mode, requests, tokens, context)
