@@ -1,7 +1,7 @@
 """Engine: one step = schedule, forward, sample, append, stop checks, free pages.
 
-The Engine is single-threaded; EngineRunner owns one on a background thread and is what the
-Triton model talks to.
+The Engine is single-threaded; EngineRunner owns one on a background thread, and EngineProcess
+(engine_process.py) runs that in a process of its own, which is what the Triton model talks to.
 """
 
 from __future__ import annotations
@@ -121,6 +121,36 @@ class RequestOutput:
     num_cached_tokens: int = 0           # prompt tokens found in the prefix cache, not computed
 
 
+@dataclass(frozen=True)
+class RequestLimits:
+    """What a request must fit to be served at all: the engine's fixed limits, which a serving
+    process checks too before a request reaches an engine in another process (engine_process.py)."""
+
+    vocab_size: int
+    max_model_len: int
+    page_size: int
+    num_kv_pages: int
+    lookahead: int = 0      # speculative decoding: draft slots written past a request's end
+
+    def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        """Raise ValueError naming the problem if the request can never be served."""
+        if not prompt_ids:
+            raise ValueError("the prompt is empty: at least one token is needed")
+        if any(not 0 <= t < self.vocab_size for t in prompt_ids):
+            raise ValueError(f"prompt token ids must be in [0, {self.vocab_size})")
+        check_vocab(params, self.vocab_size)
+        if len(prompt_ids) >= self.max_model_len:
+            raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the model's context is "
+                             f"{self.max_model_len} (max_model_len), which leaves no room to generate")
+        if len(prompt_ids) + params.max_tokens > self.max_model_len:
+            raise ValueError(f"max_tokens ({params.max_tokens}) plus the prompt ({len(prompt_ids)} tokens) "
+                             f"exceeds the context limit max_model_len={self.max_model_len}")
+        worst = pages_needed(len(prompt_ids) + params.max_tokens + self.lookahead, self.page_size)
+        if worst > self.num_kv_pages:
+            raise ValueError(f"prompt plus max_tokens needs {worst} KV pages; the pool has "
+                             f"{self.num_kv_pages} in all")
+
+
 class Engine:
     def __init__(self, args: EngineArgs):
         for name in ("page_size", "max_running_requests", "max_num_batched_tokens"):
@@ -141,6 +171,8 @@ class Engine:
         # before the pools take what memory is left
         self.token_counts = TokenCounts(args.max_running_requests, self.config.vocab_size, self.device)
         self.num_kv_pages = args.num_kv_pages or self._pages_from_memory()
+        self.limits = RequestLimits(self.config.vocab_size, self.max_model_len, args.page_size, self.num_kv_pages,
+                                    lookahead=self.spec.lookahead if self.spec else 0)
         # Graphs serve decode steps, or a chain's verify steps (a tree's verify and the draft steps
         # run eagerly). The routed experts' grouped GEMM reads its group sizes back to the host,
         # which a capture cannot, everywhere but in bfloat16 (torch's fallback for other dtypes,
@@ -233,31 +265,11 @@ class Engine:
         """Queue a request; bad input raises ValueError naming the problem."""
         if request_id in self.sequences:
             raise ValueError(f"request_id {request_id!r} is already in flight")
-        self.validate_request(prompt_ids, params)
+        self.limits.validate(prompt_ids, params)
         seq = Sequence(request_id, list(prompt_ids), params, next(self._arrivals),
                        generator=make_generator(params.seed, self.device))
         self.sequences[request_id] = seq
         self.scheduler.add(seq)
-
-    def validate_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        """Raise ValueError naming the problem if the request can never be served; reads no state."""
-        if not prompt_ids:
-            raise ValueError("the prompt is empty: at least one token is needed")
-        vocab = self.config.vocab_size
-        if any(not 0 <= t < vocab for t in prompt_ids):
-            raise ValueError(f"prompt token ids must be in [0, {vocab})")
-        check_vocab(params, vocab)
-        if len(prompt_ids) >= self.max_model_len:
-            raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the model's context is "
-                             f"{self.max_model_len} (max_model_len), which leaves no room to generate")
-        if len(prompt_ids) + params.max_tokens > self.max_model_len:
-            raise ValueError(f"max_tokens ({params.max_tokens}) plus the prompt ({len(prompt_ids)} tokens) "
-                             f"exceeds the context limit max_model_len={self.max_model_len}")
-        lookahead = self.spec.lookahead if self.spec else 0  # draft slots written past the end
-        worst = pages_needed(len(prompt_ids) + params.max_tokens + lookahead, self.args.page_size)
-        if worst > self.num_kv_pages:
-            raise ValueError(f"prompt plus max_tokens needs {worst} KV pages; the pool has "
-                             f"{self.num_kv_pages} in all")
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """End a request now and free its pages; None if it is not in flight."""
@@ -552,16 +564,57 @@ class Engine:
 
 
 OutputCallback = Callable[[RequestOutput], None]
+# A step's outputs and the engine's stats after it
+StepSink = Callable[[list[RequestOutput], dict[str, float]], None]
+
+
+def error_output(request_id: str, num_prompt_tokens: int, message: str) -> RequestOutput:
+    """The final output of a request that failed."""
+    return RequestOutput(request_id, [], None, None, True, "error", num_prompt_tokens, 0, error=message)
+
+
+class OutputRouter:
+    """Each request's output callback: registered at submit, called with each of its outputs,
+    dropped after its final one."""
+
+    def __init__(self):
+        self._callbacks: dict[str, OutputCallback] = {}
+        self._lock = threading.Lock()
+
+    def register(self, request_id: str, on_output: OutputCallback) -> None:
+        with self._lock:
+            if request_id in self._callbacks:
+                raise ValueError(f"request_id {request_id!r} is already in flight")
+            self._callbacks[request_id] = on_output
+
+    def in_flight(self) -> list[str]:
+        with self._lock:
+            return list(self._callbacks)
+
+    def deliver(self, outputs: list[RequestOutput]) -> None:
+        with self._lock:
+            callbacks = [(out, self._callbacks.get(out.request_id)) for out in outputs]
+            for out in outputs:
+                if out.finished:
+                    self._callbacks.pop(out.request_id, None)
+        for out, callback in callbacks:
+            if callback is None:
+                continue
+            try:
+                callback(out)
+            except Exception:
+                logger.exception("output callback for %s failed", out.request_id)
 
 
 class EngineRunner:
     """Owns an Engine on one background thread; callers submit, abort and get outputs by callback.
 
     on_output runs on the engine thread, once per step that produced tokens for the request and
-    exactly once with finished=True; it must not block.
+    exactly once with finished=True; it must not block. Given on_step instead, every step's
+    outputs and the engine's stats go there (engine_process.py ships them to another process).
     """
 
-    def __init__(self, args: EngineArgs):
+    def __init__(self, args: EngineArgs, on_step: StepSink | None = None):
         from dsa_backend.tokenizer import Tokenizer
 
         self.engine = Engine(args)
@@ -569,31 +622,29 @@ class EngineRunner:
         self.max_model_len = self.engine.max_model_len
         self.tokenizer = Tokenizer(args.model)
         self._commands: queue.Queue = queue.Queue()
-        self._callbacks: dict[str, OutputCallback] = {}
-        self._lock = threading.Lock()
+        self._router = OutputRouter()
+        self._on_step = on_step or (lambda outputs, stats: self._router.deliver(outputs))
         self._stats = self.engine.stats()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dsa-engine", daemon=True)
         self._thread.start()
 
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-               on_output: OutputCallback) -> None:
-        """Queue a request; raises ValueError now for input that can never be served."""
+               on_output: OutputCallback | None = None) -> None:
+        """Queue a request; raises ValueError now for input that can never be served. Without
+        on_output its outputs go to on_step."""
         if self._stopping.is_set():
             raise RuntimeError("the engine is shutting down")
-        self.engine.validate_request(prompt_token_ids, params)
-        with self._lock:
-            if request_id in self._callbacks:
-                raise ValueError(f"request_id {request_id!r} is already in flight")
-            self._callbacks[request_id] = on_output
+        self.engine.limits.validate(prompt_token_ids, params)
+        if on_output is not None:
+            self._router.register(request_id, on_output)
         self._commands.put(("add", request_id, list(prompt_token_ids), params))
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
 
     def stats(self) -> dict[str, float]:
-        with self._lock:
-            return dict(self._stats)
+        return dict(self._stats)
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """End every in-flight request with a final "abort" output and stop the thread."""
@@ -628,7 +679,7 @@ class EngineRunner:
                 try:
                     self.engine.add_request(rid, ids, params)
                 except ValueError as exc:
-                    self._deliver([self._error_output(rid, len(ids), str(exc))])
+                    self._deliver([error_output(rid, len(ids), str(exc))])
             elif command[0] == "abort":
                 out = self.engine.abort(command[1])
                 if out is not None:
@@ -639,24 +690,12 @@ class EngineRunner:
         for rid in list(self.engine.sequences):
             seq = self.engine.sequences[rid]
             self.engine.abort(rid)
-            outputs.append(self._error_output(rid, len(seq.prompt_ids), message))
+            outputs.append(error_output(rid, len(seq.prompt_ids), message))
         return outputs
 
-    @staticmethod
-    def _error_output(rid: str, num_prompt: int, message: str) -> RequestOutput:
-        return RequestOutput(rid, [], None, None, True, "error", num_prompt, 0, error=message)
-
     def _deliver(self, outputs: list[RequestOutput]) -> None:
-        with self._lock:
-            self._stats = self.engine.stats()
-            callbacks = [(out, self._callbacks.get(out.request_id)) for out in outputs]
-            for out in outputs:
-                if out.finished:
-                    self._callbacks.pop(out.request_id, None)
-        for out, callback in callbacks:
-            if callback is None:
-                continue
-            try:
-                callback(out)
-            except Exception:
-                logger.exception("output callback for %s failed", out.request_id)
+        self._stats = self.engine.stats()   # replaced whole: readers on other threads see one step's
+        try:
+            self._on_step(outputs, self._stats)
+        except Exception:
+            logger.exception("delivering a step's outputs failed")

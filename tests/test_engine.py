@@ -1,13 +1,11 @@
-"""Engine and EngineRunner on the tiny checkpoint: batching, retraction, sampling, abort, shutdown."""
+"""The Engine on the tiny checkpoint: batching, retraction, sampling, abort, prefix caching."""
 
 from __future__ import annotations
-
-import threading
 
 import pytest
 
 from checkpoints import random_prompts
-from dsa_backend.engine import Engine, EngineArgs, EngineRunner
+from dsa_backend.engine import Engine, EngineArgs
 from dsa_backend.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
@@ -108,43 +106,6 @@ def test_logprobs_are_reported_and_summed(path):
     logprobs = [lp for o in outs for lp in o.new_logprobs]
     assert len(logprobs) == 3 and all(lp <= 0 for lp in logprobs)
     assert outs[-1].cumulative_logprob == pytest.approx(sum(logprobs))
-
-
-def test_runner_streams_outputs_and_finishes_once(path):
-    runner = EngineRunner(EngineArgs(model=str(path), device="cpu", dtype="float32", page_size=16))
-    try:
-        got, done = [], threading.Event()
-
-        def on_output(out):
-            got.append(out)
-            if out.finished:
-                done.set()
-
-        runner.submit("a", random_prompts([10])[0], GREEDY, on_output)
-        assert done.wait(60)
-        assert sum(len(o.new_token_ids) for o in got) == 6 and [o.finished for o in got].count(True) == 1
-        with pytest.raises(ValueError, match="max_tokens"):
-            runner.submit("b", [3] * 10, SamplingParams(max_tokens=10**6), on_output)
-    finally:
-        runner.shutdown(10)
-
-
-def test_runner_shutdown_ends_in_flight_requests_with_a_final_output(path):
-    runner = EngineRunner(EngineArgs(model=str(path), device="cpu", dtype="float32", page_size=16))
-    finals, started = [], threading.Event()
-
-    def on_output(out):
-        started.set()
-        if out.finished:
-            finals.append(out)
-
-    for i, p in enumerate(random_prompts([20, 25], seed=27)):
-        runner.submit(f"r{i}", p, SamplingParams(max_tokens=2000, ignore_eos=True), on_output)
-    assert started.wait(60)
-    runner.shutdown(30)
-    assert sorted(o.request_id for o in finals) == ["r0", "r1"]
-    assert all(o.finish_reason == "abort" for o in finals)
-    assert runner.stats()["kv_pages_free"] == runner.stats()["kv_pages_total"]
 
 
 def shared_prefix_requests(prefix_len: int, tails: list[int], seed: int) -> dict[str, list[int]]:

@@ -1,4 +1,4 @@
-"""dsa_llm: a decoupled python model that owns one dsa_backend engine.
+"""dsa_llm: a decoupled python model that owns one dsa_backend engine, in a process of its own.
 
 execute() only parses each request and hands it to the engine thread; responses are sent from
 one sender thread as the engine produces tokens (one a request for all the steps the thread has
@@ -19,7 +19,8 @@ import uuid
 
 import triton_python_backend_utils as pb_utils
 
-from dsa_backend.engine import EngineRunner, RequestOutput
+from dsa_backend.engine import error_output
+from dsa_backend.engine_process import EngineProcess
 from dsa_backend.serving import engine_config, triton_io
 from dsa_backend.serving.metrics import ServerMetrics
 from dsa_backend.serving.request_params import parse_request
@@ -28,10 +29,10 @@ from dsa_backend.serving.response_stream import ResponseStream
 logger = logging.getLogger("dsa_llm")
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 _POLL_INTERVAL_S = 0.1
-# The engine thread and the sender thread share this process's GIL. At Python's default switch
-# interval (5 ms) a thread that wants it back (the engine after a wait on the GPU, the sender
-# after each message to the server) can wait that long for the other to yield it, and under load
-# the two convoy (docs/PERFORMANCE.md, "Serving: the engine against the served engine").
+# The thread that receives the engine's outputs and the sender thread share this process's GIL. At
+# Python's default switch interval (5 ms) a thread that wants it back (the receiver when a step's
+# outputs arrive, the sender after each message to the server) can wait that long for the other
+# to yield it (docs/PERFORMANCE.md, "Serving: the engine against the served engine").
 _GIL_SWITCH_INTERVAL_S = 0.0005
 
 
@@ -57,10 +58,11 @@ class TritonPythonModel:
         self.shutdown_timeout_s = float(params.get("shutdown_timeout_s", "10"))
         engine_args = engine_config.engine_args(params, device)     # ValueError naming a bad setting
         logger.info("dsa_llm: starting the engine with %s", engine_args)
-        self.runner = EngineRunner(engine_args)
+        # The engine's steps must not share this process's GIL with the sender (engine_process.py).
+        self.runner = EngineProcess(engine_args)
         # The tests (and operators) read this line to see where the engine really runs.
-        logger.info("dsa_llm: engine ready on device %s, dtype %s (instance kind %s)", self.runner.engine.device,
-                    str(self.runner.engine.dtype).removeprefix("torch."), args.get("model_instance_kind"))
+        logger.info("dsa_llm: engine ready on device %s, dtype %s (instance kind %s)", self.runner.device,
+                    self.runner.dtype, args.get("model_instance_kind"))
         self.tokenizer = self.runner.tokenizer
         self.metrics = ServerMetrics(args["model_name"], args["model_version"])
         self.active: dict[str, _Active] = {}
@@ -105,8 +107,7 @@ class TritonPythonModel:
         except Exception as e:
             # The sender thread owns this sender from now on, so it sends the error too.
             message = str(e) if isinstance(e, ValueError) else f"internal error: {type(e).__name__}: {e}"
-            failed = RequestOutput(request_id, [], None, None, True, "error", len(parsed.prompt_token_ids), 0,
-                                   error=message)
+            failed = error_output(request_id, len(parsed.prompt_token_ids), message)
             self.outputs.put((request_id, failed, time.monotonic()))
             return
         self.metrics.request_admitted(len(parsed.prompt_token_ids))

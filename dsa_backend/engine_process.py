@@ -1,0 +1,158 @@
+"""EngineProcess: the engine in a process of its own, behind EngineRunner's interface.
+
+In one process the engine's thread shares the GIL with everything that serves its outputs: the
+Triton stub's sender building and sending responses, its metric updates, the execute thread
+parsing requests. Under load each waits for the other to yield it, and every step of the engine
+gets longer (docs/PERFORMANCE.md, "Serving: the engine against the served engine"). Here a spawned
+child runs an EngineRunner; requests and aborts go to it over a pipe, and each step's outputs come
+back with the engine's stats as one message, which a receiver thread hands to the requests'
+callbacks. Requests are validated here against the engine's limits, so bad input still fails at
+submit. If the child dies, every request in flight ends with an error output and later submits
+fail; if this process dies, the child sees its pipe close and shuts down.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import threading
+from multiprocessing.connection import Connection
+
+from dsa_backend.engine import (EngineArgs, EngineRunner, OutputCallback, OutputRouter, RequestOutput, error_output)
+from dsa_backend.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+_LOG_FORMAT = "%(asctime)s %(processName)s %(name)s %(levelname)s %(message)s"
+_EXIT_GRACE_S = 5.0
+
+
+class EngineProcess:
+    """An EngineRunner in a spawned child process: submit, abort, stats and shutdown as there."""
+
+    def __init__(self, args: EngineArgs):
+        from dsa_backend.tokenizer import Tokenizer
+
+        # spawn, not fork: this process has threads (Triton's, the stub's) and may hold CUDA state
+        context = multiprocessing.get_context("spawn")
+        self._conn, child_end = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child_end, args, logging.getLogger().getEffectiveLevel()),
+                                        name="dsa-engine")
+        self._process.start()
+        child_end.close()
+        try:
+            reply = self._conn.recv()      # after the model is loaded and warmed up
+        except EOFError:
+            self._process.join(_EXIT_GRACE_S)
+            raise RuntimeError(f"the engine process exited with code {self._process.exitcode} while starting; "
+                               "its log says why") from None
+        if reply[0] == "failed":
+            self._process.join(_EXIT_GRACE_S)
+            _, is_value_error, message = reply
+            raise (ValueError if is_value_error else RuntimeError)(message)
+        _, self.limits, self.device, self.dtype, self._stats = reply
+        self.tokenizer = Tokenizer(args.model)
+        self._router = OutputRouter()
+        self._send_lock = threading.Lock()
+        self._exited: str | None = None    # why the engine can take no more requests
+        self._receiver = threading.Thread(target=self._receive, name="dsa-engine-receiver", daemon=True)
+        self._receiver.start()
+
+    def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+               on_output: OutputCallback) -> None:
+        """Queue a request; raises ValueError now for input that can never be served."""
+        if self._exited:
+            raise RuntimeError(self._exited)
+        self.limits.validate(prompt_token_ids, params)
+        self._router.register(request_id, on_output)
+        self._send(("add", request_id, list(prompt_token_ids), params))
+
+    def abort(self, request_id: str) -> None:
+        self._send(("abort", request_id))
+
+    def stats(self) -> dict[str, float]:
+        return dict(self._stats)
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """End every in-flight request with a final "abort" output and stop the child."""
+        self._send(("shutdown", timeout_s))
+        self._receiver.join(timeout_s + _EXIT_GRACE_S)
+        self._process.join(_EXIT_GRACE_S)
+        if self._process.is_alive():
+            logger.error("the engine process did not stop within %.1f s; killing it", timeout_s + 2 * _EXIT_GRACE_S)
+            self._process.kill()
+            self._process.join(_EXIT_GRACE_S)
+
+    def _send(self, command: tuple) -> None:
+        try:
+            with self._send_lock:
+                self._conn.send(command)
+        except OSError:     # the child is gone; the receiver ends what was in flight
+            if command[0] == "add":
+                raise RuntimeError(self._exited or "the engine process has exited") from None
+
+    def _receive(self) -> None:
+        while True:
+            try:
+                message = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            if message[0] == "stopped":
+                break
+            _, outputs, self._stats = message
+            self._router.deliver(outputs)
+        self._process.join(_EXIT_GRACE_S)
+        self._exited = f"the engine process has exited (code {self._process.exitcode})"
+        # what is still in flight will get no more outputs from the child
+        orphans = self._router.in_flight()
+        if orphans:
+            logger.error("%s; %d requests in flight end with an error", self._exited, len(orphans))
+        self._router.deliver([error_output(rid, 0, self._exited) for rid in orphans])
+
+
+def _serve(conn: Connection, args: EngineArgs, log_level: int) -> None:
+    """The child: an EngineRunner whose steps go back over conn, fed with conn's commands."""
+    logging.basicConfig(level=log_level, format=_LOG_FORMAT)
+    send_lock = threading.Lock()
+
+    def send(message: tuple) -> None:
+        try:
+            with send_lock:
+                conn.send(message)
+        except OSError:
+            pass            # the serving process is gone; recv below sees it and shuts down
+
+    last_stats: dict[str, float] = {}
+
+    def on_step(outputs: list[RequestOutput], stats: dict[str, float]) -> None:
+        nonlocal last_stats
+        if outputs or stats != last_stats:
+            send(("outputs", outputs, stats))
+            last_stats = stats
+
+    try:
+        runner = EngineRunner(args, on_step=on_step)
+    except Exception as exc:
+        if not isinstance(exc, ValueError):  # a bad setting is the message; anything else needs its trace
+            logger.exception("the engine failed to start")
+        send(("failed", isinstance(exc, ValueError), str(exc)))
+        return
+    engine = runner.engine
+    send(("ready", engine.limits, str(engine.device), str(engine.dtype).removeprefix("torch."), runner.stats()))
+    while True:
+        try:
+            command = conn.recv()
+        except (EOFError, OSError):
+            logger.warning("the serving process is gone; shutting the engine down")
+            command = ("shutdown", 10.0)
+        if command[0] == "add":
+            _, request_id, prompt_token_ids, params = command
+            try:
+                runner.submit(request_id, prompt_token_ids, params)
+            except Exception as exc:   # validated there; this engine is shutting down
+                on_step([error_output(request_id, len(prompt_token_ids), str(exc))], runner.stats())
+        elif command[0] == "abort":
+            runner.abort(command[1])
+        elif command[0] == "shutdown":
+            runner.shutdown(command[1])
+            send(("stopped",))
+            return

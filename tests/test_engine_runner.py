@@ -1,0 +1,172 @@
+"""EngineRunner (the engine on a thread) and EngineProcess (that, in a child process) on the tiny
+checkpoint: streamed outputs, bad input refused at submit, shutdown, and what happens when either
+process dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from checkpoints import random_prompts
+from dsa_backend.engine import EngineArgs, EngineRunner
+from dsa_backend.engine_process import EngineProcess
+from dsa_backend.sampling_params import SamplingParams
+
+GREEDY = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+RUNNERS = {"thread": EngineRunner, "process": EngineProcess}
+
+
+def engine_args(path, **kw) -> EngineArgs:
+    return EngineArgs(model=str(path), device="cpu", dtype="float32", page_size=16, **kw)
+
+
+@pytest.fixture(scope="module")
+def path(checkpoint):
+    return checkpoint("glm_moe_dsa")
+
+
+@pytest.fixture(scope="module", params=list(RUNNERS))
+def runner(request, path):
+    runner = RUNNERS[request.param](engine_args(path))
+    yield runner
+    runner.shutdown(10)
+
+
+class Collector:
+    """A request's outputs as the runner delivers them."""
+
+    def __init__(self):
+        self.outputs, self.done, self.started = [], threading.Event(), threading.Event()
+
+    def __call__(self, out):
+        self.outputs.append(out)
+        self.started.set()
+        if out.finished:
+            self.done.set()
+
+    @property
+    def tokens(self) -> list[int]:
+        return [t for o in self.outputs for t in o.new_token_ids]
+
+
+def test_outputs_stream_and_finish_once(runner):
+    got = Collector()
+    runner.submit("a", random_prompts([10])[0], GREEDY, got)
+    assert got.done.wait(60)
+    assert len(got.tokens) == 6 and [o.finished for o in got.outputs].count(True) == 1
+    assert got.outputs[-1].finish_reason == "length"
+
+
+def test_both_runners_give_the_same_greedy_tokens(path, runner):
+    prompt = random_prompts([13], seed=5)[0]
+    got = Collector()
+    runner.submit("same", prompt, GREEDY, got)
+    assert got.done.wait(60)
+    other = RUNNERS["process" if isinstance(runner, EngineRunner) else "thread"](engine_args(path))
+    try:
+        theirs = Collector()
+        other.submit("same", prompt, GREEDY, theirs)
+        assert theirs.done.wait(60)
+    finally:
+        other.shutdown(10)
+    assert got.tokens == theirs.tokens
+
+
+def test_bad_input_is_refused_at_submit_and_the_runner_keeps_serving(runner):
+    with pytest.raises(ValueError, match="max_tokens"):
+        runner.submit("huge", [3] * 10, SamplingParams(max_tokens=10**6), Collector())
+    with pytest.raises(ValueError, match="prompt token ids"):
+        runner.submit("oov", [10**9], GREEDY, Collector())
+    got = Collector()
+    runner.submit("dup", [3] * 10, SamplingParams(max_tokens=500, ignore_eos=True), got)
+    with pytest.raises(ValueError, match="already in flight"):
+        runner.submit("dup", [3] * 10, GREEDY, Collector())
+    runner.abort("dup")
+    assert got.done.wait(60) and got.outputs[-1].finish_reason == "abort"
+
+
+def test_an_aborted_request_frees_its_pages_in_the_stats(runner):
+    got = Collector()
+    runner.submit("long", random_prompts([40], seed=9)[0], SamplingParams(max_tokens=2000, ignore_eos=True), got)
+    assert got.started.wait(60)
+    runner.abort("long")
+    assert got.done.wait(60)
+    stats = runner.stats()
+    assert stats["running"] == 0
+    assert stats["kv_pages_free"] == stats["kv_pages_total"]
+
+
+@pytest.mark.parametrize("kind", list(RUNNERS))
+def test_shutdown_ends_in_flight_requests_with_a_final_output(path, kind):
+    runner = RUNNERS[kind](engine_args(path))
+    finals, started = [], threading.Event()
+
+    def on_output(out):
+        started.set()
+        if out.finished:
+            finals.append(out)
+
+    for i, p in enumerate(random_prompts([20, 25], seed=27)):
+        runner.submit(f"r{i}", p, SamplingParams(max_tokens=2000, ignore_eos=True), on_output)
+    assert started.wait(60)
+    runner.shutdown(30)
+    assert sorted(o.request_id for o in finals) == ["r0", "r1"]
+    assert all(o.finish_reason == "abort" for o in finals)
+    assert runner.stats()["kv_pages_free"] == runner.stats()["kv_pages_total"]
+
+
+def test_a_bad_setting_fails_the_process_at_start_with_its_message(path):
+    with pytest.raises(ValueError, match="max_running_requests must be positive"):
+        EngineProcess(engine_args(path, max_running_requests=0))
+
+
+def test_when_the_engine_process_dies_requests_in_flight_end_with_an_error(path):
+    runner = EngineProcess(engine_args(path))
+    try:
+        got = Collector()
+        runner.submit("r", random_prompts([20])[0], SamplingParams(max_tokens=2000, ignore_eos=True), got)
+        assert got.started.wait(60)
+        os.kill(runner._process.pid, signal.SIGKILL)
+        assert got.done.wait(30)
+        assert got.outputs[-1].finish_reason == "error"
+        assert "engine process has exited" in got.outputs[-1].error
+        with pytest.raises(RuntimeError, match="engine process has exited"):
+            runner.submit("after", [3] * 10, GREEDY, Collector())
+    finally:
+        runner.shutdown(5)
+
+
+def test_the_engine_process_stops_when_its_parent_dies(path):
+    script = textwrap.dedent(f"""
+        import os
+        from dsa_backend.engine import EngineArgs
+        from dsa_backend.engine_process import EngineProcess
+        runner = EngineProcess(EngineArgs(model={str(path)!r}, device="cpu", dtype="float32", page_size=16))
+        print(runner._process.pid, flush=True)
+        os._exit(0)
+    """)
+    parent = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert parent.returncode == 0, parent.stderr
+    child = int(parent.stdout.split()[-1])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.2)
+    alive = _alive(child)
+    if alive:
+        os.kill(child, signal.SIGKILL)
+    assert not alive, "the engine process outlived its parent"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"     # a zombie has exited
+    except FileNotFoundError:
+        return False
