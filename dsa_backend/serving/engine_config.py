@@ -36,6 +36,18 @@ def engine_args(params: dict[str, str], device: str) -> EngineArgs:
         **spec)
 
 
+def max_responses_per_s(params: dict[str, str]) -> float:
+    """dsa_llm's limit on streamed responses a second, all requests together (0: none)."""
+    value = params.get("max_responses_per_s", "1000").strip() or "0"
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = -1.0
+    if not rate >= 0 or rate == float("inf"):
+        raise ValueError(f"max_responses_per_s must be a number, 0 or more (0: no limit), got {value!r}")
+    return rate
+
+
 def speculative_settings(params: dict[str, str]) -> dict:
     """EngineArgs' speculative_* fields; checked here already, before any weights are loaded."""
     algorithm = params.get("speculative_algorithm", "").strip()

@@ -38,6 +38,7 @@ DEFAULTS = {
     "fp8_weights": "auto",                # FP8 checkpoints: auto (keep on a GPU), keep, dequantize
     "enable_prefix_caching": "true",      # reuse the KV pages of prompts' cached prefixes
     "shutdown_timeout_s": "10",
+    "max_responses_per_s": "1000",        # dsa_llm's streamed responses a second, all requests (0: no limit)
     "speculative_algorithm": "",          # empty: no speculative decoding; mtp or eagle: the MTP layer drafts
     "speculative_num_steps": "1",
     "speculative_eagle_topk": "1",

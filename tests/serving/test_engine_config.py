@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsa_backend.serving.engine_config import engine_args
+from dsa_backend.serving.engine_config import engine_args, max_responses_per_s
 from dsa_backend.serving.fill_template import DEFAULTS
 
 # What fill_template writes by default (placeholders of dsa_llm's config.pbtxt).
@@ -97,3 +97,12 @@ def test_prefix_caching_is_on_by_default_and_can_be_turned_off():
     assert engine_args({**FILLED, "enable_prefix_caching": "false"}, "cpu").enable_prefix_caching is False
     with pytest.raises(ValueError, match="enable_prefix_caching must be true or false"):
         engine_args({**FILLED, "enable_prefix_caching": "maybe"}, "cpu")
+
+
+def test_max_responses_per_s_is_a_non_negative_number():
+    assert max_responses_per_s({}) == float(DEFAULTS["max_responses_per_s"])
+    assert max_responses_per_s({"max_responses_per_s": "0"}) == 0
+    assert max_responses_per_s({"max_responses_per_s": " 1500 "}) == 1500
+    for bad in ("-1", "fast", "inf", "nan"):
+        with pytest.raises(ValueError, match="max_responses_per_s must be a number"):
+            max_responses_per_s({"max_responses_per_s": bad})

@@ -43,6 +43,8 @@ class _Active:
         self.sender = sender
         self.stream = stream
         self.cancelled = False
+        self.unsent: list = []                 # the engine's outputs its next response will carry
+        self.last_sent = float("-inf")         # when its last response went out
 
 
 class TritonPythonModel:
@@ -56,6 +58,7 @@ class TritonPythonModel:
         elif args.get("model_instance_kind") == "CPU" and device == "auto":
             device = "cpu"
         self.shutdown_timeout_s = float(params.get("shutdown_timeout_s", "10"))
+        self.max_responses_per_s = engine_config.max_responses_per_s(params)
         engine_args = engine_config.engine_args(params, device)     # ValueError naming a bad setting
         logger.info("dsa_llm: starting the engine with %s", engine_args)
         # The engine's steps must not share this process's GIL with the sender (engine_process.py).
@@ -139,15 +142,19 @@ class TritonPythonModel:
         threading.Thread(target=answer_when_idle, name="dsa_llm-drain", daemon=True).start()
 
     def _send_loop(self) -> None:
-        # Runs detokenization and IPC off the engine thread, in the order the engine produced.
-        # Each pass takes everything queued and sends one response a request: under load the
-        # engine makes tokens faster than this thread can send a response a token, and a reply
-        # that covers several steps costs what one step's does (docs/SERVING.md, "What serving costs").
+        # Runs detokenization and IPC off the engine, in the order the engine produced. Each pass
+        # takes everything queued and sends one response a request that is due: its first and
+        # last outputs at once, others once its share of max_responses_per_s has passed since its
+        # last response. Each response costs the server and postprocessing the same whatever it
+        # carries, and a stream of more than they take queues there (docs/SERVING.md, "What serving
+        # costs"); a response that waits carries every token made meanwhile.
         next_poll = time.monotonic()
+        waiting: dict[str, _Active] = {}       # requests with outputs not yet sent
         stopping = False
         while not stopping:
+            wake = min([next_poll, *(self._due(a) for a in waiting.values())])
             try:
-                items = [self.outputs.get(timeout=max(next_poll - time.monotonic(), 0.0))]
+                items = [self.outputs.get(timeout=max(wake - time.monotonic(), 0.0))]
             except queue.Empty:
                 items = []
             while True:
@@ -157,21 +164,29 @@ class TritonPythonModel:
                     break
             if None in items:
                 stopping, items = True, items[:items.index(None)]
-            pending: dict[str, list] = {}
-            for request_id, out, _ in items:
-                pending.setdefault(request_id, []).append(out)
-            now = items[-1][2] if items else time.monotonic()
-            for request_id, outs in pending.items():
-                self._handle_outputs(request_id, outs, now)
+            with self.lock:
+                for request_id, out, made in items:
+                    active = self.active.get(request_id)
+                    if active is not None:
+                        active.unsent.append((out, made))
+                        waiting[request_id] = active
+            now = time.monotonic()
+            for request_id, active in list(waiting.items()):
+                if stopping or active.unsent[-1][0].finished or now >= self._due(active):
+                    del waiting[request_id]
+                    outs, active.unsent, active.last_sent = active.unsent, [], now
+                    self._handle_outputs(request_id, active, [out for out, _ in outs], outs[-1][1])
             if time.monotonic() >= next_poll:
                 self._poll()
                 next_poll = time.monotonic() + _POLL_INTERVAL_S
 
-    def _handle_outputs(self, request_id: str, outs: list, now: float) -> None:
-        with self.lock:
-            active = self.active.get(request_id)
-        if active is None:
-            return
+    def _due(self, active: _Active) -> float:
+        """When a request's next response may go: its share of max_responses_per_s after its last."""
+        if not self.max_responses_per_s:
+            return active.last_sent
+        return active.last_sent + len(self.active) / self.max_responses_per_s
+
+    def _handle_outputs(self, request_id: str, active: _Active, outs: list, now: float) -> None:
         try:
             self._send_reply(request_id, active, outs, now)
         except Exception:

@@ -1,8 +1,10 @@
-"""postprocessing: the text delta of a detokenizer window; stateless, so any instance count works."""
+"""postprocessing: the text delta of a detokenizer window; stateless, so any instance count works
+(it remembers only when it last asked whether a stream was cancelled)."""
 
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -12,18 +14,26 @@ from dsa_backend.serving import reply_layout, triton_io
 from dsa_backend.tokenizer import Tokenizer
 
 logger = logging.getLogger("postprocessing")
+# Asking the server whether a request was cancelled is a round trip to it, as long as the rest of
+# a delta's work; under load a stream's deltas come every few milliseconds, and this one instance
+# bounds how many deltas a second all streams get. So a stream is asked about at most this often:
+# a cancelled stream's deltas keep coming until dsa_llm has aborted it, and the next one asked
+# about after the cancel starts that.
+_CANCEL_CHECK_INTERVAL_S = 0.05
+_MAX_TRACKED_STREAMS = 4096
 
 
 class TritonPythonModel:
     def initialize(self, args):
         self.tokenizer = Tokenizer(triton_io.model_parameters(args)["tokenizer_dir"])
+        self.next_cancel_check: dict[str, float] = {}   # request id -> when to ask again
 
     def execute(self, requests):
         responses = []
         for request in requests:
             try:
                 window, fields, request_id = reply_layout.unpack(triton_io.request_inputs(request))
-                if request.is_cancelled():
+                if self._cancel_check_due(request_id, final=bool(fields["finish_reason"][0])) and request.is_cancelled():
                     responses.append(self._cancelled(request_id))
                     continue
                 skip = bool(fields.pop("skip_special_tokens")[0])
@@ -33,6 +43,20 @@ class TritonPythonModel:
             except Exception as e:     # never let an exception escape execute
                 responses.append(triton_io.error_response(f"postprocessing failed: {type(e).__name__}: {e}"))
         return responses
+
+    def _cancel_check_due(self, request_id: str, final: bool) -> bool:
+        """Whether to ask now if this stream was cancelled: not at its last delta (dsa_llm's request
+        has ended), else at its first and then every _CANCEL_CHECK_INTERVAL_S."""
+        if final:
+            self.next_cancel_check.pop(request_id, None)
+            return False
+        now = time.monotonic()
+        if now < self.next_cancel_check.get(request_id, 0.0):
+            return False
+        if len(self.next_cancel_check) >= _MAX_TRACKED_STREAMS:   # streams whose last delta never came
+            self.next_cancel_check = {k: t for k, t in self.next_cancel_check.items() if t > now - 60}
+        self.next_cancel_check[request_id] = now + _CANCEL_CHECK_INTERVAL_S
+        return True
 
     def _cancelled(self, request_id: str):
         """Tell dsa_llm to abort the engine request; Triton 2.51 does not pass the cancel on."""
