@@ -1,0 +1,30 @@
+#!/bin/bash
+# Session 62, call 4: the defaults (engine process, max_responses_per_s 1000) at 1 8 32 64 streams; serving tests on the GPU server
+set -u
+source .device/setup.sh && mkdir -p /tmp/dsa && ln -sfn "$PWD/kernels" /tmp/dsa/dsa_kernels && ln -sfn "$PWD/client" /tmp/dsa/dsa_client
+site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo /tmp/dsa > "$site/zz_dsa.pth"
+export DSA_STUB_ENV=/tmp/triton-stub-env
+python3 -m dsa_backend.serving.install --wheel-dir .device/stub-wheels 2>&1 | tail -1
+nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader | tee $OUT/gpu.txt
+t0=$(date +%s)
+python3 -m dsa_backend.tools.make_checkpoint --arch deepseek_v32 --preset v32-slice --out /tmp/v32 > /dev/null 2>&1 || echo checkpoint failed
+echo "checkpoint $(( $(date +%s) - t0 )) s"
+(cd benchmarks && timeout 170 python3 bench_serving.py --model /tmp/v32 --concurrency 1 8 32 64 --waves 4 \
+    --input-len 1024 --output-len 128 --set warmup=false --repository /tmp/bs/model_repository \
+    --json $OUT/serving.json > $OUT/serving.txt 2>&1; echo "bench rc $? after $(( $(date +%s) - t0 )) s")
+python3 - $OUT/serving.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for l in d["levels"]:
+    e, s = l["engine"], l["served"]
+    p = s.get("triton_models", {}).get("postprocessing", {})
+    print(l["concurrency"], "tok/s %.0f / %.0f = %s" % (s["output_tokens_per_s"] or 0, e["output_tokens_per_s"], l["served_over_engine_tokens_per_s"]),
+          "itl p50 %.2f p90 %.2f / %.2f ms" % (1e3 * (s["itl_s"]["p50"] or 0), 1e3 * (s["itl_s"]["p90"] or 0), 1e3 * e["itl_s"]["p50"]),
+          "ttft p50 %.1f / %.1f ms" % (1e3 * (s["ttft_s"]["p50"] or 0), 1e3 * e["ttft_s"]["p50"]), "e2e p50 %.0f ms" % (1e3 * s["e2e_s"]["p50"]), "errors", s["errors"],
+          "post n %s q %s infer %s" % (p.get("requests"), p.get("queue_us"), p.get("compute_infer_us")))
+PY
+grep -c "dsa-engine" /tmp/bs/tritonserver.log
+timeout 230 python3 -m pytest -q -p no:cacheprovider tests/serving/test_server_e2e.py tests/serving/test_server_pre_post.py \
+    tests/serving/test_server_paced.py tests/serving/test_server_batching.py 2>&1 | tail -6 | tee $OUT/gpu_tests.txt
+echo "done $(( $(date +%s) - t0 )) s"
