@@ -1,8 +1,8 @@
 """dsa_llm: a decoupled python model that owns one dsa_backend engine, in a process of its own.
 
-execute() only parses each request and hands it to the engine thread; responses are sent from
-one sender thread as the engine produces tokens (one a request for all the steps the thread has
-not sent yet), the last one with the FINAL flag. Between outputs the same thread polls for
+execute() only parses each request and hands it to the engine; responses are sent from one
+sender thread as the engine produces tokens (one a request for all the steps the thread has not
+sent yet, paced by max_responses_per_s), the last one with the FINAL flag. Between outputs the same thread polls for
 cancelled requests (aborting them in the engine) and refreshes the engine gauges: a response
 sender must only be used by the thread that sends its FINAL response, since asking a finished
 one is_cancelled() crashes the 2.51 server.
