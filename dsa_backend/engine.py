@@ -587,6 +587,10 @@ class OutputRouter:
                 raise ValueError(f"request_id {request_id!r} is already in flight")
             self._callbacks[request_id] = on_output
 
+    def discard(self, request_id: str) -> None:
+        with self._lock:
+            self._callbacks.pop(request_id, None)
+
     def in_flight(self) -> list[str]:
         with self._lock:
             return list(self._callbacks)

@@ -1,6 +1,6 @@
 """EngineRunner (the engine on a thread) and EngineProcess (that, in a child process) on the tiny
 checkpoint: streamed outputs, bad input refused at submit, shutdown, and what happens when either
-process dies."""
+process dies (the child is started again, unless it keeps dying)."""
 
 from __future__ import annotations
 
@@ -127,20 +127,43 @@ def test_a_bad_setting_fails_the_process_at_start_with_its_message(path):
         EngineProcess(engine_args(path, max_running_requests=0))
 
 
-def test_when_the_engine_process_dies_requests_in_flight_end_with_an_error(path):
+def test_a_dead_engine_process_ends_its_requests_with_an_error_and_is_started_again(path):
     runner = EngineProcess(engine_args(path))
     try:
         got = Collector()
         runner.submit("r", random_prompts([20])[0], SamplingParams(max_tokens=2000, ignore_eos=True), got)
         assert got.started.wait(60)
-        os.kill(runner._process.pid, signal.SIGKILL)
+        first = runner._process.pid
+        os.kill(first, signal.SIGKILL)
         assert got.done.wait(30)
         assert got.outputs[-1].finish_reason == "error"
-        assert "engine process has exited" in got.outputs[-1].error
-        with pytest.raises(RuntimeError, match="engine process has exited"):
-            runner.submit("after", [3] * 10, GREEDY, Collector())
+        assert "engine process has exited (code -9)" in got.outputs[-1].error
+        again = _submit_when_taken(runner, "after", random_prompts([10], seed=3)[0])
+        assert again.done.wait(60) and len(again.tokens) == 6 and again.outputs[-1].finish_reason == "length"
+        assert runner._process.pid != first
+        # Dead again right after its restart: a crash loop, so it stays down and says why.
+        os.kill(runner._process.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "not restarted" not in (runner._refusal or ""):
+            time.sleep(0.1)
+        with pytest.raises(RuntimeError, match="again within 60 s of a restart; it is not restarted"):
+            runner.submit("refused", [3] * 10, GREEDY, Collector())
     finally:
         runner.shutdown(5)
+
+
+def _submit_when_taken(runner, request_id: str, prompt: list[int], timeout_s: float = 120) -> Collector:
+    """Submit once the runner takes requests again (it refuses them while its child restarts)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = Collector()
+        try:
+            runner.submit(request_id, prompt, GREEDY, got)
+            return got
+        except RuntimeError as exc:
+            assert "engine process has exited" in str(exc), exc   # not yet seen, or restarting
+            assert time.monotonic() < deadline, "the engine process was not restarted"
+            time.sleep(0.2)
 
 
 def test_the_engine_process_stops_when_its_parent_dies(path):

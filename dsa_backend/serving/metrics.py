@@ -117,6 +117,8 @@ class ServerMetrics:
         self.running.set(stats["running"])
         self.waiting.set(stats["waiting"])
         for key, counter in self._engine_counters.items():
+            if stats[key] < self._engine_totals_seen[key]:   # a restarted engine counts from 0
+                self._engine_totals_seen[key] = 0
             if stats[key] > self._engine_totals_seen[key]:
                 counter.increment(stats[key] - self._engine_totals_seen[key])
                 self._engine_totals_seen[key] = stats[key]
