@@ -19,7 +19,8 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
-from dsa_backend.engine import (EngineArgs, EngineRunner, OutputCallback, OutputRouter, RequestOutput, error_output)
+from dsa_backend.engine import EngineArgs, RequestOutput
+from dsa_backend.runner import EngineRunner, OutputCallback, OutputRouter, error_output
 from dsa_backend.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)

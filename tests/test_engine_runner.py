@@ -15,7 +15,8 @@ import time
 import pytest
 
 from checkpoints import random_prompts
-from dsa_backend.engine import EngineArgs, EngineRunner
+from dsa_backend.engine import EngineArgs
+from dsa_backend.runner import EngineRunner
 from dsa_backend.engine_process import EngineProcess
 from dsa_backend.sampling_params import SamplingParams
 

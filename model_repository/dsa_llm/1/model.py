@@ -19,7 +19,7 @@ import uuid
 
 import triton_python_backend_utils as pb_utils
 
-from dsa_backend.engine import error_output
+from dsa_backend.runner import error_output
 from dsa_backend.engine_process import EngineProcess
 from dsa_backend.serving import engine_config, triton_io
 from dsa_backend.serving.metrics import ServerMetrics
