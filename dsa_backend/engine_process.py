@@ -40,8 +40,6 @@ class EngineProcess:
     """
 
     def __init__(self, args: EngineArgs):
-        from dsa_backend.tokenizer import Tokenizer
-
         self._args = args
         self._router = OutputRouter()
         self._send_lock = threading.Lock()
@@ -49,7 +47,6 @@ class EngineProcess:
         self._refusal: str | None = None     # why submit refuses now: restarting, or given up
         self._last_restart = float("-inf")
         self._start()
-        self.tokenizer = Tokenizer(args.model)
         self._receiver = threading.Thread(target=self._receive, name="dsa-engine-receiver", daemon=True)
         self._receiver.start()
 
@@ -192,8 +189,8 @@ def _serve(conn: Connection, args: EngineArgs, log_level: int) -> None:
         if command[0] == "add":
             _, request_id, prompt_token_ids, params = command
             try:
-                runner.submit(request_id, prompt_token_ids, params)
-            except Exception as exc:   # validated there; this engine is shutting down
+                runner.queue_request(request_id, prompt_token_ids, params)   # checked there
+            except RuntimeError as exc:   # this engine is shutting down
                 on_step([error_output(request_id, len(prompt_token_ids), str(exc))], runner.stats())
         elif command[0] == "abort":
             runner.abort(command[1])

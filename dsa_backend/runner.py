@@ -69,12 +69,7 @@ class EngineRunner:
     """
 
     def __init__(self, args: EngineArgs, on_step: StepSink | None = None):
-        from dsa_backend.tokenizer import Tokenizer
-
         self.engine = Engine(args)
-        self.config = self.engine.config
-        self.max_model_len = self.engine.max_model_len
-        self.tokenizer = Tokenizer(args.model)
         self._commands: queue.Queue = queue.Queue()
         self._router = OutputRouter()
         self._on_step = on_step or (lambda outputs, stats: self._router.deliver(outputs))
@@ -84,14 +79,17 @@ class EngineRunner:
         self._thread.start()
 
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-               on_output: OutputCallback | None = None) -> None:
-        """Queue a request; raises ValueError now for input that can never be served. Without
-        on_output its outputs go to on_step."""
+               on_output: OutputCallback) -> None:
+        """Queue a request; raises ValueError now for input that can never be served."""
+        self.engine.limits.validate(prompt_token_ids, params)
+        self._router.register(request_id, on_output)
+        self.queue_request(request_id, prompt_token_ids, params)
+
+    def queue_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Queue a request checked elsewhere: the engine answers bad input with an error output
+        (to on_step, or to a callback submit registered)."""
         if self._stopping.is_set():
             raise RuntimeError("the engine is shutting down")
-        self.engine.limits.validate(prompt_token_ids, params)
-        if on_output is not None:
-            self._router.register(request_id, on_output)
         self._commands.put(("add", request_id, list(prompt_token_ids), params))
 
     def abort(self, request_id: str) -> None:

@@ -25,6 +25,7 @@ from dsa_backend.serving import engine_config, triton_io
 from dsa_backend.serving.metrics import ServerMetrics
 from dsa_backend.serving.request_params import parse_request
 from dsa_backend.serving.response_stream import ResponseStream
+from dsa_backend.tokenizer import Tokenizer
 
 logger = logging.getLogger("dsa_llm")
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -66,7 +67,7 @@ class TritonPythonModel:
         # The tests (and operators) read this line to see where the engine really runs.
         logger.info("dsa_llm: engine ready on device %s, dtype %s (instance kind %s)", self.runner.device,
                     self.runner.dtype, args.get("model_instance_kind"))
-        self.tokenizer = self.runner.tokenizer
+        self.tokenizer = Tokenizer(engine_args.model)
         self.metrics = ServerMetrics(args["model_name"], args["model_version"])
         self.active: dict[str, _Active] = {}
         self.lock = threading.Lock()
