@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -158,6 +158,19 @@ class ModelConfig:
 
     def is_moe_layer(self, layer_id: int) -> bool:
         return layer_id >= self.first_k_dense_replace
+
+    def sharded(self, size: int) -> "ModelConfig":
+        """A rank's sizes among `size` tensor-parallel ranks (dsa_backend/parallel.py): its share of
+        the attention heads and of every MLP's hidden units."""
+        fields = ["num_attention_heads", "moe_intermediate_size"]
+        fields += ["intermediate_size"] if self.first_k_dense_replace else []
+        for field in fields:
+            if getattr(self, field) % size:
+                raise ConfigError(f"{field} ({getattr(self, field)}) is not divisible by tensor_parallel_size ({size})")
+        return replace(self, num_attention_heads=self.num_attention_heads // size,
+                       moe_intermediate_size=self.moe_intermediate_size // size,
+                       intermediate_size=self.intermediate_size // size if self.first_k_dense_replace
+                       else self.intermediate_size)
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path) -> "ModelConfig":

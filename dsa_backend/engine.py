@@ -17,8 +17,10 @@ from dsa_backend.batch import ForwardBatch, ForwardMode
 from dsa_backend.cache import KVCache, pages_needed
 from dsa_backend.config import ModelConfig
 from dsa_backend.cuda_graphs import DecodeGraphs
+from dsa_backend.followers import Followers
 from dsa_backend.models import load_model
 from dsa_backend.models.model import ForwardOutput
+from dsa_backend.parallel import TensorParallel, free_port, join_group
 from dsa_backend.sampling import (SamplingBatch, SamplingRow, check_vocab, make_generator, process_logits,
                                   sample, sampling_probs)
 from dsa_backend.sampling_params import SamplingParams
@@ -68,11 +70,17 @@ class EngineArgs:
     overlap_schedule: bool = True        # no speculation: build step n + 1 while the GPU runs step n
     fp8_weights: str = "auto"            # FP8 checkpoints: keep (e4m3 GEMMs) / dequantize; auto: keep on CUDA >= sm89
     enable_prefix_caching: bool = True   # reuse the KV pages of a cached token prefix (cache/prefix_cache.py)
+    tensor_parallel_size: int = 1        # GPUs (processes) sharing each layer (parallel.py, followers.py)
 
     def resolved_device(self) -> torch.device:
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)
+
+    def rank_device(self, rank: int) -> torch.device:
+        """Tensor-parallel rank `rank`'s device: the rank-th GPU from the resolved one."""
+        device = self.resolved_device()
+        return torch.device("cuda", (device.index or 0) + rank) if device.type == "cuda" else device
 
     def keeps_fp8_weights(self, device: torch.device) -> bool:
         """Whether an FP8 checkpoint's weights stay e4m3: "auto" keeps them where our FP8 GEMMs
@@ -150,25 +158,35 @@ class RequestLimits:
 
 
 class Engine:
-    def __init__(self, args: EngineArgs):
-        for name in ("page_size", "max_running_requests", "max_num_batched_tokens"):
+    """One rank's engine. Under tensor parallelism rank 0 is built with tp None: it spawns the
+    other ranks (followers.py), which are built with their place in the group and repeat its
+    add_request, abort and step calls."""
+
+    def __init__(self, args: EngineArgs, tp: TensorParallel | None = None):
+        for name in ("page_size", "max_running_requests", "max_num_batched_tokens", "tensor_parallel_size"):
             if getattr(args, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(args, name)}")
         if args.warmup_threads is not None and args.warmup_threads < 0:
             raise ValueError(f"warmup_threads must be 0 or more, got {args.warmup_threads}")
         self.args = args
-        self.device = args.resolved_device()
+        config = ModelConfig.from_pretrained(args.model)
+        self.followers = None
+        if tp is None:
+            tp = self._lead_group(args, config)
+        self.tp = tp
+        self.device = args.rank_device(tp.rank)
         self.dtype = args.resolved_dtype(self.device)
-        self.config = ModelConfig.from_pretrained(args.model)
         if args.batch_invariant:
             enable_batch_invariant_mode(self.device)
-        self.model, info = load_model(args.model, self.dtype, self.device, self.config,
-                                      keep_fp8=args.keeps_fp8_weights(self.device))
+        self.model, info = load_model(args.model, self.dtype, self.device, config,
+                                      keep_fp8=args.keeps_fp8_weights(self.device), tp=tp)
+        self.config = self.model.config  # this rank's sizes
         self.max_model_len = args.max_model_len or self.config.max_position_embeddings
         self.spec = self._spec_config(args, info.mtp_has_indexer)
         # before the pools take what memory is left
         self.token_counts = TokenCounts(args.max_running_requests, self.config.vocab_size, self.device)
-        self.num_kv_pages = args.num_kv_pages or self._pages_from_memory()
+        # every rank must have the same pages, or their schedules part
+        self.num_kv_pages = args.num_kv_pages or tp.min_over_ranks(self._pages_from_memory(), self.device)
         self.limits = RequestLimits(self.config.vocab_size, self.max_model_len, args.page_size, self.num_kv_pages,
                                     lookahead=self.spec.lookahead if self.spec else 0)
         # Graphs serve decode steps, or a chain's verify steps (a tree's verify and the draft steps
@@ -224,6 +242,31 @@ class Engine:
         loads = self.kernel_loads
         self._loads_before_ready = (loads.count, loads.seconds) if loads else (0, 0.0)
 
+    def _lead_group(self, args: EngineArgs, config: ModelConfig) -> TensorParallel:
+        """Rank 0's group: alone, or with followers spawned for the other ranks."""
+        if args.tensor_parallel_size == 1:
+            return TensorParallel()
+        config.sharded(args.tensor_parallel_size)   # a size that does not divide the model fails here
+        device = args.resolved_device()
+        if device.type == "cuda" and (device.index or 0) + args.tensor_parallel_size > torch.cuda.device_count():
+            raise ValueError(f"tensor_parallel_size={args.tensor_parallel_size} needs that many GPUs from {device}; "
+                             f"this machine has {torch.cuda.device_count()}")
+        port = free_port()
+        self.followers = Followers(args, port)
+        return join_group(0, args.tensor_parallel_size, port, args.rank_device(0))
+
+    def close(self) -> None:
+        """Stop the other tensor-parallel ranks, if any (a lone engine needs no closing)."""
+        if self.followers is not None:
+            self.followers.close()
+            self.followers = None
+            torch.distributed.destroy_process_group()
+
+    def _repeat(self, method: str, *args) -> None:
+        """Have the other tensor-parallel ranks make this call too."""
+        if self.followers is not None:
+            self.followers.repeat(method, *args)
+
     def _spec_config(self, args: EngineArgs, mtp_has_indexer: bool) -> SpecConfig | None:
         if args.speculative_algorithm is None:
             return None
@@ -264,6 +307,7 @@ class Engine:
         if request_id in self.sequences:
             raise ValueError(f"request_id {request_id!r} is already in flight")
         self.limits.validate(prompt_ids, params)
+        self._repeat("add_request", request_id, prompt_ids, params)
         seq = Sequence(request_id, list(prompt_ids), params, next(self._arrivals),
                        generator=make_generator(params.seed, self.device))
         self.sequences[request_id] = seq
@@ -271,6 +315,7 @@ class Engine:
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """End a request now and free its pages; None if it is not in flight."""
+        self._repeat("abort", request_id)
         seq = self.sequences.pop(request_id, None)
         if seq is None:
             return None
@@ -285,6 +330,7 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         """Run one step. With overlap scheduling it returns the previous step's tokens, read back
         while this step's forward runs on the GPU."""
+        self._repeat("step")
         outputs = []
         if self._unread is not None and any(s.params.matches_output_on_host and not s.is_finished
                                             for s in self._unread.seqs):

@@ -4,6 +4,7 @@ and EngineProcess (engine_process.py, on the far side of its pipe) hold in an Ou
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -115,9 +116,14 @@ class EngineRunner:
                 outputs = self.engine.step()
             except Exception as exc:  # a failed step must not take the server down
                 logger.exception("engine step failed")
+                if self.engine.followers is not None:
+                    # the other tensor-parallel ranks may wait in this step's collectives for good
+                    logger.critical("a tensor-parallel step failed; the process exits so that the group restarts")
+                    os._exit(1)
                 outputs = self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}")
             self._deliver(outputs)
         self._deliver([out for rid in list(self.engine.sequences) if (out := self.engine.abort(rid))])
+        self.engine.close()
 
     def _drain_commands(self, block: bool) -> None:
         while True:

@@ -6,6 +6,8 @@ attention's projections of one input (`stacked_projections`) and each dense MLP'
 (`GATE_UP`), and keeps the MTP layer under `mtp.{j}`. FP8 block weights are either kept in e4m3
 with their weight_scale_inv beside them (`keep_fp8`, for dsa_backend/models/fp8_linear.py) or
 dequantized at load. Every missing, unexpected or mis-shaped tensor is an error that names it.
+Under tensor parallelism each rank reads its share of the split tensors (`split_dim`; which ones
+and why: dsa_backend/parallel.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from safetensors import safe_open
 
 from dsa_backend.config import ModelConfig
+from dsa_backend.parallel import TensorParallel
 from dsa_kernels.reference import dequantize_weight_ref
 
 
@@ -129,7 +132,18 @@ def quantize_fp8_block(w: torch.Tensor, block: tuple[int, int]) -> tuple[torch.T
 
 def dequantize_fp8_block(w: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
     """Inverse of quantize_fp8_block, in float32."""
-    return dequantize_weight_ref(w, _checked_scale("weight", w, scale_inv, block))
+    return dequantize_weight_ref(w, _checked_scale("weight", w.shape, scale_inv, block))
+
+
+# Tensor-parallel splits (checkpoint names): the attention's per-head projections and every MLP's
+# gate and up by rows, their outputs (o_proj, down) by columns.
+_SPLIT_ROWS = re.compile(r".*\.(self_attn\.(q_b_proj|kv_b_proj)|mlp\.(.+\.)?(gate_proj|up_proj))\.weight$")
+_SPLIT_COLUMNS = re.compile(r".*\.(self_attn\.o_proj|mlp\.(.+\.)?down_proj)\.weight$")
+
+
+def split_dim(name: str) -> int | None:
+    """The dimension a checkpoint tensor is split along across tensor-parallel ranks; None: replicated."""
+    return 0 if _SPLIT_ROWS.match(name) else 1 if _SPLIT_COLUMNS.match(name) else None
 
 
 class SafetensorsCheckpoint:
@@ -151,13 +165,23 @@ class SafetensorsCheckpoint:
         return set(self.files)
 
     def get(self, name: str) -> torch.Tensor:
+        return self._file(name).get_tensor(name)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._file(name).get_slice(name).get_shape())
+
+    def get_part(self, name: str):
+        """The tensor unread: indexing it reads only the part indexed."""
+        return self._file(name).get_slice(name)
+
+    def _file(self, name: str):
         file = self.files[name]
         if file not in self._open:
             path = self.dir / file
             if not path.is_file():
                 raise WeightError(f"{name} is mapped to {file}, which does not exist")
             self._open[file] = safe_open(path, "pt")
-        return self._open[file].get_tensor(name)
+        return self._open[file]
 
 
 _EXPERT = re.compile(r"(.*\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$")
@@ -169,10 +193,11 @@ _EXPERT = re.compile(r"(.*\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$")
 _DEQUANTIZED_ALWAYS = (".kv_b_proj.weight",)
 
 
-def load_weights(model_dir: str | Path, config: ModelConfig, dtype: torch.dtype,
-                 keep_fp8: bool = False) -> tuple[dict[str, torch.Tensor], CheckpointInfo]:
+def load_weights(model_dir: str | Path, config: ModelConfig, dtype: torch.dtype, keep_fp8: bool = False,
+                 tp: TensorParallel = TensorParallel()) -> tuple[dict[str, torch.Tensor], CheckpointInfo]:
     """Read, validate and convert a checkpoint to the model's state-dict names and `dtype`; with
-    keep_fp8 the FP8 block weights stay e4m3, each with its `<name>_scale_inv` (float32) beside it."""
+    keep_fp8 the FP8 block weights stay e4m3, each with its `<name>_scale_inv` (float32) beside it.
+    With tp, rank tp.rank's share of the split tensors (for a model of config.sharded(tp.size))."""
     ckpt = SafetensorsCheckpoint(model_dir)
     names = ckpt.names()
     info = CheckpointInfo(mtp_has_indexer=_mtp_has_indexer(config, names))
@@ -185,14 +210,10 @@ def load_weights(model_dir: str | Path, config: ModelConfig, dtype: torch.dtype,
     state: dict[str, torch.Tensor] = {}
     experts: dict[str, dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor | None]]] = {}
     for name, shape in expected.items():
-        tensor, scale = ckpt.get(name), None
-        if tuple(tensor.shape) != shape:
-            raise WeightError(f"{name} has shape {tuple(tensor.shape)}, expected {shape}")
-        if name in quantized:
-            scale = _checked_scale(name, tensor, ckpt.get(name + "_scale_inv"), config.quantization.block)
-            if not keep_fp8 or name.endswith(_DEQUANTIZED_ALWAYS):
-                tensor, scale = dequantize_weight_ref(tensor, scale), None
-        elif tensor.dtype == torch.float8_e4m3fn:
+        if ckpt.shape(name) != shape:
+            raise WeightError(f"{name} has shape {ckpt.shape(name)}, expected {shape}")
+        tensor, scale = _read_share(ckpt, name, name in quantized, config, keep_fp8, tp)
+        if scale is None and tensor.dtype == torch.float8_e4m3fn:
             raise WeightError(f"{name} is float8 but has no {name}_scale_inv")
         if scale is None:
             # fp32 in releases, or (the router's) computed in fp32 there: a cast a call otherwise
@@ -213,12 +234,13 @@ def load_weights(model_dir: str | Path, config: ModelConfig, dtype: torch.dtype,
             if name in names and tuple(ckpt.get(name).shape) != (config.vocab_size, config.hidden_size):
                 raise WeightError(f"{name} has shape {tuple(ckpt.get(name).shape)}, "
                                   f"expected {(config.vocab_size, config.hidden_size)}")
+    local = config.sharded(tp.size)
     for prefix, parts in experts.items():
-        state.update(_stacked_experts(prefix, parts, config, dtype))
+        state.update(_stacked_experts(prefix, parts, local, dtype))
     block = config.quantization.block[0] if config.quantization else None
     for name in [n for n in state if n.endswith(".self_attn.q_a_proj.weight")]:
         prefix = name[: -len("q_a_proj.weight")]
-        stacks = stacked_projections(config, has_indexer=prefix + "indexer.wk.weight" in state)
+        stacks = stacked_projections(local, has_indexer=prefix + "indexer.wk.weight" in state)
         for stacked, parts in stacks.items():
             _stack(state, prefix, stacked, [part for part, _ in parts], block, dtype)
     for name in [n for n in state if n.endswith(".gate_proj.weight")]:
@@ -226,8 +248,35 @@ def load_weights(model_dir: str | Path, config: ModelConfig, dtype: torch.dtype,
     return state, info
 
 
-def _checked_scale(name: str, w: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
-    expected = tuple(-(-n // b) for n, b in zip(w.shape, block))
+def _read_share(ckpt: SafetensorsCheckpoint, name: str, quantized: bool, config: ModelConfig, keep_fp8: bool,
+                tp: TensorParallel) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """This rank's share of a tensor, and its block scales where it stays in e4m3. A share that
+    would cut an FP8 block (small test models) is taken from the dequantized whole."""
+    dim = split_dim(name) if tp.size > 1 else None
+    scale = None
+    if quantized:
+        block = config.quantization.block
+        scale = _checked_scale(name, ckpt.shape(name), ckpt.get(name + "_scale_inv"), block)
+        if not keep_fp8 or name.endswith(_DEQUANTIZED_ALWAYS) or (
+                dim is not None and (ckpt.shape(name)[dim] // tp.size) % block[dim]):
+            whole = dequantize_weight_ref(ckpt.get(name), scale)
+            return (whole if dim is None else _part(whole, dim, tp.part(whole.shape[dim])).contiguous()), None
+    if dim is None:
+        return ckpt.get(name), scale
+    part = tp.part(ckpt.shape(name)[dim])
+    if scale is not None:
+        blocks = slice(part.start // block[dim], part.stop // block[dim])
+        scale = _part(scale, dim, blocks).contiguous()
+    return _part(ckpt.get_part(name), dim, part), scale
+
+
+def _part(tensor, dim: int, part: slice):
+    """tensor[part] along dim 0 or 1 (a tensor, or a safetensors slice, which reads only that part)."""
+    return tensor[part] if dim == 0 else tensor[:, part]
+
+
+def _checked_scale(name: str, shape: tuple[int, ...], scale_inv: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+    expected = tuple(-(-n // b) for n, b in zip(shape, block))
     if tuple(scale_inv.shape) != expected:
         raise WeightError(f"{name}_scale_inv has shape {tuple(scale_inv.shape)}, expected {expected}")
     return scale_inv.float()

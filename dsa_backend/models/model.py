@@ -14,11 +14,17 @@ from dsa_backend.config import ModelConfig
 from dsa_backend.models.layers import DenseMlp, RMSNorm, RotaryEmbedding
 from dsa_backend.models.mla import MlaAttention
 from dsa_backend.models.moe import MoE
+from dsa_backend.parallel import TensorParallel
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, c: ModelConfig, layer_id: int, moe: bool, has_indexer: bool, is_nextn: bool = False):
+    """Attention then MLP, each added to the residual; under tensor parallelism each is a rank's
+    partial sum (its heads, its hidden units), summed across the ranks first."""
+
+    def __init__(self, c: ModelConfig, layer_id: int, moe: bool, has_indexer: bool, is_nextn: bool = False,
+                 tp: TensorParallel = TensorParallel()):
         super().__init__()
+        self.tp = tp
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.self_attn = MlaAttention(c, layer_id, has_indexer, is_nextn)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
@@ -26,16 +32,16 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x, cos, sin, batch, cache, backend, prev_topk):
         attn, topk = self.self_attn(self.input_layernorm(x), cos, sin, batch, cache, backend, prev_topk)
-        x = x + attn
-        return x + self.mlp(self.post_attention_layernorm(x)), topk
+        x = x + self.tp.all_reduce(attn)
+        return x + self.tp.all_reduce(self.mlp(self.post_attention_layernorm(x))), topk
 
 
 class DsaModel(nn.Module):
-    def __init__(self, c: ModelConfig):
+    def __init__(self, c: ModelConfig, tp: TensorParallel):
         super().__init__()
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
         self.layers = nn.ModuleList(
-            DecoderLayer(c, i, c.is_moe_layer(i), c.indexer_plan[i].full) for i in range(c.num_hidden_layers))
+            DecoderLayer(c, i, c.is_moe_layer(i), c.indexer_plan[i].full, tp=tp) for i in range(c.num_hidden_layers))
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
 
@@ -49,12 +55,12 @@ class MtpLayer(nn.Module):
     """DeepSeek's multi-token-prediction layer: predicts the token after next from the target's
     hidden state and the next token's embedding. Embedding and head are the main model's."""
 
-    def __init__(self, c: ModelConfig, layer_id: int, has_indexer: bool):
+    def __init__(self, c: ModelConfig, layer_id: int, has_indexer: bool, tp: TensorParallel):
         super().__init__()
         self.enorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.hnorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.eh_proj = nn.Linear(2 * c.hidden_size, c.hidden_size, bias=False)
-        self.decoder = DecoderLayer(c, layer_id, moe=True, has_indexer=has_indexer, is_nextn=True)
+        self.decoder = DecoderLayer(c, layer_id, moe=True, has_indexer=has_indexer, is_nextn=True, tp=tp)
         self.shared_head = SharedHead(c)
 
 
@@ -69,12 +75,15 @@ class ForwardOutput:
 
 
 class DsaForCausalLM(nn.Module):
-    def __init__(self, c: ModelConfig, mtp_has_indexer: bool = True, backend=None):
+    """c: this rank's sizes (ModelConfig.sharded) under tensor parallelism tp."""
+
+    def __init__(self, c: ModelConfig, mtp_has_indexer: bool = True, backend=None,
+                 tp: TensorParallel = TensorParallel()):
         super().__init__()
         self.config = c
-        self.model = DsaModel(c)
+        self.model = DsaModel(c, tp)
         self.lm_head = None if c.tie_word_embeddings else nn.Linear(c.hidden_size, c.vocab_size, bias=False)
-        self.mtp = nn.ModuleList(MtpLayer(c, c.num_hidden_layers + j, mtp_has_indexer)
+        self.mtp = nn.ModuleList(MtpLayer(c, c.num_hidden_layers + j, mtp_has_indexer, tp)
                                  for j in range(c.num_nextn_predict_layers))
         self.rotary = RotaryEmbedding(c.rope)
         self.backend = backend  # None: chosen by device (kernels on CUDA, the reference on CPU)

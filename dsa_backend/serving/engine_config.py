@@ -33,6 +33,7 @@ def engine_args(params: dict[str, str], device: str) -> EngineArgs:
         overlap_schedule=_bool(params, "overlap_schedule", "true"),
         fp8_weights=_choice(params, "fp8_weights", "auto", FP8_WEIGHT_CHOICES),
         enable_prefix_caching=_bool(params, "enable_prefix_caching", "true"),
+        tensor_parallel_size=_int(params, "tensor_parallel_size", "1"),
         **spec)
 
 

@@ -37,6 +37,7 @@ DEFAULTS = {
     "overlap_schedule": "true",           # schedule step n + 1 while the GPU runs step n (no speculation)
     "fp8_weights": "auto",                # FP8 checkpoints: auto (keep on a GPU), keep, dequantize
     "enable_prefix_caching": "true",      # reuse the KV pages of prompts' cached prefixes
+    "tensor_parallel_size": "1",          # GPUs sharing each layer, from the instance's GPU on
     "shutdown_timeout_s": "10",
     "max_responses_per_s": "1000",        # dsa_llm's streamed responses a second, all requests (0: no limit)
     "speculative_algorithm": "",          # empty: no speculative decoding; mtp or eagle: the MTP layer drafts
@@ -60,7 +61,10 @@ def fill(model_dir: str | Path, out: str | Path, values: dict[str, str] | None =
         raise ValueError(f"unknown template parameters {unknown}; known: {sorted(DEFAULTS)}")
     filled = {**DEFAULTS, **(values or {}), "model_dir": str(model_dir)}
     if filled["instance_kind"] == "auto":
-        filled["instance_kind"] = "KIND_GPU" if _has_gpu() else "KIND_CPU"
+        # KIND_GPU puts an instance on every GPU; a tensor-parallel engine takes several GPUs from
+        # its device on (cuda:0 with device auto), so it is one instance of the model's own placing
+        tensor_parallel = filled["tensor_parallel_size"].strip() not in ("", "1")
+        filled["instance_kind"] = ("KIND_MODEL" if tensor_parallel else "KIND_GPU") if _has_gpu() else "KIND_CPU"
     filled["postprocessing_batching"] = _postprocessing_batching(filled["postprocessing_instance_count"])
     if filled["instance_kind"] not in ("KIND_GPU", "KIND_CPU", "KIND_MODEL"):
         raise ValueError(f"instance_kind must be auto, KIND_GPU, KIND_CPU or KIND_MODEL, "

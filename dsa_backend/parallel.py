@@ -1,0 +1,66 @@
+"""Tensor parallelism: one process a GPU, each holding a shard of every layer's heads and hidden
+units, the layers' partial outputs summed across the group.
+
+What is split (dsa_backend/weights.py slices the checkpoint to match, `ModelConfig.sharded` gives
+a rank's sizes): the attention's heads (q_b_proj and kv_b_proj by rows, o_proj by columns) and the
+hidden units of every MLP, the routed experts' included (gate and up by rows, down by columns), so
+each rank holds every expert at 1/size of its width. Each attention and each MLP output is then a
+partial sum, reduced across the ranks (`all_reduce`). Everything else is replicated: the
+embedding and the head, the norms, the latent projections and the whole MLA latent cache (one
+latent a token serves every head), the router, and the indexer with its key cache (its top-k
+must be the same on every rank, and its weights are small).
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class TensorParallel:
+    """This process's place in a tensor-parallel group: rank of size; group is None alone."""
+
+    rank: int = 0
+    size: int = 1
+    group: object | None = None
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """The sum of x over the ranks (in place; x itself alone)."""
+        if self.size > 1:
+            dist.all_reduce(x, group=self.group)
+        return x
+
+    def min_over_ranks(self, value: int, device: torch.device) -> int:
+        """The smallest of every rank's value, on every rank (e.g. the KV pages each one has room for)."""
+        if self.size == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.int64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
+        return int(t.item())
+
+    def part(self, n: int) -> slice:
+        """This rank's share of n rows or columns (n divisible by size)."""
+        share = n // self.size
+        return slice(self.rank * share, (self.rank + 1) * share)
+
+
+def free_port() -> int:
+    """A TCP port on this host that nothing listens on now, for the group's rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def join_group(rank: int, size: int, port: int, device: torch.device, timeout_s: float = 600.0) -> TensorParallel:
+    """Join the group of `size` processes meeting on localhost:port: NCCL between GPUs, gloo on the CPU."""
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
+                            timeout=timedelta(seconds=timeout_s))
+    return TensorParallel(rank, size, dist.group.WORLD)

@@ -1,0 +1,209 @@
+"""Tensor parallelism (dsa_backend/parallel.py, followers.py) on the CPU, ranks meeting over gloo:
+which tensors split, shards that put together are the checkpoint, engines of two ranks that
+give the tokens of one, and a group that starts again when any of its processes dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from checkpoints import random_prompts
+from dsa_backend.config import ConfigError, ModelConfig
+from dsa_backend.engine import Engine, EngineArgs
+from dsa_backend.engine_process import EngineProcess
+from dsa_backend.parallel import TensorParallel
+from dsa_backend.sampling_params import SamplingParams
+from dsa_backend.weights import load_weights, split_dim
+from dsa_kernels.reference import dequantize_weight_ref
+
+GREEDY = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+
+
+def engine_args(path, **kw) -> EngineArgs:
+    return EngineArgs(model=str(path), device="cpu", dtype="float32", page_size=16, **kw)
+
+
+def test_split_dims_follow_the_heads_and_the_hidden_units():
+    rows = ["self_attn.q_b_proj", "self_attn.kv_b_proj", "mlp.gate_proj", "mlp.up_proj",
+            "mlp.shared_experts.gate_proj", "mlp.experts.7.up_proj"]
+    columns = ["self_attn.o_proj", "mlp.down_proj", "mlp.shared_experts.down_proj", "mlp.experts.7.down_proj"]
+    replicated = ["self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa", "self_attn.indexer.wq_b",
+                  "self_attn.indexer.wk", "self_attn.indexer.weights_proj", "mlp.gate", "eh_proj"]
+    assert [split_dim(f"model.layers.3.{n}.weight") for n in rows] == [0] * len(rows)
+    assert [split_dim(f"model.layers.3.{n}.weight") for n in columns] == [1] * len(columns)
+    assert [split_dim(f"model.layers.3.{n}.weight") for n in replicated] == [None] * len(replicated)
+    assert split_dim("model.embed_tokens.weight") is None and split_dim("lm_head.weight") is None
+
+
+def test_a_rank_gets_its_share_of_heads_and_hidden_units_and_a_size_that_does_not_divide_fails(checkpoint):
+    config = ModelConfig.from_pretrained(checkpoint("deepseek_v32"))
+    share = config.sharded(2)
+    assert share.num_attention_heads == config.num_attention_heads // 2
+    assert share.moe_intermediate_size == config.moe_intermediate_size // 2
+    assert share.intermediate_size == config.intermediate_size // 2
+    assert share.kv_lora_rank == config.kv_lora_rank and share.index_n_heads == config.index_n_heads
+    with pytest.raises(ConfigError, match=r"num_attention_heads \(4\) is not divisible by tensor_parallel_size \(3\)"):
+        config.sharded(3)
+    with pytest.raises(ValueError, match="tensor_parallel_size"):
+        Engine(engine_args(checkpoint("deepseek_v32"), tensor_parallel_size=3))
+
+
+def _dequantized(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every e4m3 weight of a state dict in float32 (stacked experts one expert at a time)."""
+    out = {}
+    for name, tensor in state.items():
+        if name.endswith("_scale_inv"):
+            continue
+        scale = state.get(name + "_scale_inv")
+        if scale is None:
+            out[name] = tensor
+        elif tensor.dim() == 3:
+            out[name] = torch.stack([dequantize_weight_ref(w, s) for w, s in zip(tensor, scale)])
+        else:
+            out[name] = dequantize_weight_ref(tensor, scale)
+    return out
+
+
+def _put_together(name: str, parts: list[torch.Tensor], config: ModelConfig) -> torch.Tensor:
+    """The whole model tensor `name` from its two ranks' parts (stacked tensors part by part)."""
+    if name.endswith("q_heads_proj.weight"):     # [q_b rows of the rank's heads | the indexer's wq_b]
+        q_rows = config.sharded(2).num_attention_heads * config.qk_head_dim
+        assert torch.equal(parts[0][q_rows:], parts[1][q_rows:])
+        return torch.cat([parts[0][:q_rows], parts[1][:q_rows], parts[0][q_rows:]])
+    if name.endswith(("gate_up_proj.weight", "experts.w13")):    # [gate | up], each split
+        dim = 0 if name.endswith("weight") else 1
+        gates, ups = zip(*(p.chunk(2, dim) for p in parts))
+        return torch.cat([*gates, *ups], dim)
+    if name.endswith("kv_b_proj.weight"):
+        return torch.cat(parts)
+    if name.endswith(("o_proj.weight", "down_proj.weight", "experts.w2")):
+        return torch.cat(parts, dim=-1)
+    assert torch.equal(parts[0], parts[1]), name
+    return parts[0]
+
+
+@pytest.mark.parametrize("name", ["deepseek_v32", "glm_shared_fp8"])
+def test_two_ranks_shards_put_together_are_the_checkpoint(checkpoint, name):
+    """In e4m3 a share keeps its blocks and their scales where it ends on a block (the tiny
+    model's dense MLP), and is dequantized where it would cut one (its experts and heads)."""
+    path = checkpoint(name)
+    config = ModelConfig.from_pretrained(path)
+    whole, _ = load_weights(path, config, torch.float32)
+    shards = [load_weights(path, config, torch.float32, keep_fp8=True, tp=TensorParallel(rank, 2))[0]
+              for rank in (0, 1)]
+    if config.quantization:
+        assert shards[0]["model.layers.0.mlp.gate_up_proj.weight"].dtype == torch.float8_e4m3fn
+        assert shards[0]["model.layers.1.mlp.experts.w13"].dtype == torch.float32
+    shards = [_dequantized(s) for s in shards]
+    assert set(shards[0]) == set(whole)
+    for tensor_name, tensor in whole.items():
+        assert torch.equal(_put_together(tensor_name, [s[tensor_name] for s in shards], config), tensor), tensor_name
+
+
+def run_all(engine: Engine, requests: dict[str, tuple[list[int], SamplingParams]]) -> dict[str, list[int]]:
+    for rid, (prompt, params) in requests.items():
+        engine.add_request(rid, prompt, params)
+    tokens = {rid: [] for rid in requests}
+    while engine.has_work():
+        for out in engine.step():
+            tokens[out.request_id] += out.new_token_ids
+    return tokens
+
+
+@pytest.mark.parametrize("name, settings", [
+    ("deepseek_v32", {}),
+    ("glm_shared_fp8", {}),
+    ("glm_moe_dsa", {"speculative_algorithm": "mtp", "speculative_num_steps": 2}),
+])
+def test_two_ranks_give_the_tokens_of_one(checkpoint, name, settings):
+    """Greedy and seeded sampled requests batched together, prefill in chunks, then decode (or
+    MTP drafting and verify)."""
+    prompts = random_prompts([5, 40, 23])
+    sampled = SamplingParams(max_tokens=8, temperature=1.0, top_p=0.9, seed=7, ignore_eos=True)
+    requests = {"a": (prompts[0], GREEDY), "b": (prompts[1], GREEDY), "c": (prompts[2], sampled)}
+    results = []
+    for size in (1, 2):
+        engine = Engine(engine_args(checkpoint(name), max_num_batched_tokens=32, tensor_parallel_size=size,
+                                    **settings))
+        try:
+            results.append(run_all(engine, requests))
+        finally:
+            engine.close()
+    assert results[0] == results[1]
+    assert all(len(t) == 8 for t in results[1].values())
+
+
+def _followers_of(pid: int) -> list[int]:
+    """The tensor-parallel followers a process spawned (multiprocessing's spawned children)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(c) for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+class Stream:
+    def __init__(self):
+        self.outputs, self.done = [], threading.Event()
+
+    def __call__(self, out):
+        self.outputs.append(out)
+        if out.finished:
+            self.done.set()
+
+    @property
+    def tokens(self) -> list[int]:
+        return [t for o in self.outputs for t in o.new_token_ids]
+
+
+def _generate(runner: EngineProcess, rid: str, prompt: list[int], params=GREEDY) -> Stream:
+    stream = Stream()
+    runner.submit(rid, prompt, params, stream)
+    assert stream.done.wait(120), rid
+    return stream
+
+
+def _until_serving(runner: EngineProcess, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while runner._refusal is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert runner._refusal is None, runner._refusal
+
+
+@pytest.mark.parametrize("victim", ["follower", "rank 0"])
+def test_a_group_that_loses_a_process_ends_its_requests_and_starts_again(checkpoint, victim):
+    prompt = random_prompts([12])[0]
+    runner = EngineProcess(engine_args(checkpoint("glm_moe_dsa"), tensor_parallel_size=2))
+    try:
+        expected = _generate(runner, "first", prompt).tokens
+        rank0 = runner._process.pid
+        followers = _followers_of(rank0)
+        assert len(followers) == 1
+        long = Stream()
+        runner.submit("long", prompt, SamplingParams(max_tokens=2000, temperature=0, ignore_eos=True), long)
+        while not long.outputs:
+            time.sleep(0.01)
+        os.kill(followers[0] if victim == "follower" else rank0, signal.SIGKILL)
+        assert long.done.wait(60)
+        last = long.outputs[-1]
+        assert last.finish_reason == "error"
+        assert last.error.startswith("the engine process has exited (code ")
+        deadline = time.monotonic() + 30
+        while not all(_gone(p) for p in (rank0, *followers)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert all(_gone(p) for p in (rank0, *followers)), "a process of the old group is still running"
+        _until_serving(runner)
+        assert _generate(runner, "after", prompt).tokens == expected
+        assert len(_followers_of(runner._process.pid)) == 1
+    finally:
+        runner.shutdown(10)
