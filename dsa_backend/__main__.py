@@ -29,11 +29,14 @@ def main(argv: list[str] | None = None) -> None:
     gen.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8"])
     gen.add_argument("--fp8-weights", default="auto", choices=FP8_WEIGHT_CHOICES,
                      help="an FP8 checkpoint's weights: keep them e4m3, or dequantize (auto: keep on a GPU)")
+    gen.add_argument("--tensor-parallel-size", type=int, default=1,
+                     help="GPUs sharing each layer, one process each (from --device's GPU on)")
     gen.add_argument("--json", action="store_true", help="print one JSON object per prompt")
     args = parser.parse_args(argv)
 
     llm = LLM(args.model, device=args.device, dtype=args.dtype, page_size=args.page_size,
-              kv_cache_dtype=args.kv_cache_dtype, fp8_weights=args.fp8_weights)
+              kv_cache_dtype=args.kv_cache_dtype, fp8_weights=args.fp8_weights,
+              tensor_parallel_size=args.tensor_parallel_size)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                             top_k=args.top_k, seed=args.seed, ignore_eos=args.ignore_eos)
     start = time.perf_counter()

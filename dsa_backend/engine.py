@@ -20,7 +20,7 @@ from dsa_backend.cuda_graphs import DecodeGraphs
 from dsa_backend.followers import Followers
 from dsa_backend.models import load_model
 from dsa_backend.models.model import ForwardOutput
-from dsa_backend.parallel import TensorParallel, free_port, join_group
+from dsa_backend.parallel import TensorParallel, free_port, join_group, shares_one_gpu
 from dsa_backend.sampling import (SamplingBatch, SamplingRow, check_vocab, make_generator, process_logits,
                                   sample, sampling_probs)
 from dsa_backend.sampling_params import SamplingParams
@@ -78,9 +78,12 @@ class EngineArgs:
         return torch.device(self.device)
 
     def rank_device(self, rank: int) -> torch.device:
-        """Tensor-parallel rank `rank`'s device: the rank-th GPU from the resolved one."""
+        """Tensor-parallel rank `rank`'s device: the rank-th GPU from the resolved one (every rank on
+        that one with parallel.SHARE_ONE_GPU set, for checks on a machine of one GPU)."""
         device = self.resolved_device()
-        return torch.device("cuda", (device.index or 0) + rank) if device.type == "cuda" else device
+        if device.type != "cuda":
+            return device
+        return torch.device("cuda", (device.index or 0) + (0 if shares_one_gpu() else rank))
 
     def keeps_fp8_weights(self, device: torch.device) -> bool:
         """Whether an FP8 checkpoint's weights stay e4m3: "auto" keeps them where our FP8 GEMMs
@@ -194,7 +197,7 @@ class Engine:
         # which a capture cannot, everywhere but in bfloat16 (torch's fallback for other dtypes,
         # and the batch-invariant one).
         graphs = (args.cuda_graph and self.device.type == "cuda" and self.dtype == torch.bfloat16
-                  and (not self.spec or self.spec.is_chain) and not args.batch_invariant)
+                  and (not self.spec or self.spec.is_chain) and not args.batch_invariant and tp.captures_in_graphs)
         # A page for the graphs' padding rows, and for a chain's draft writes past a request's pages
         self.num_held_pages = 1 if graphs or (self.spec and self.spec.is_chain) else 0
         warmup_shapes = self._warmup_shapes() if args.warmup else None
@@ -248,7 +251,8 @@ class Engine:
             return TensorParallel()
         config.sharded(args.tensor_parallel_size)   # a size that does not divide the model fails here
         device = args.resolved_device()
-        if device.type == "cuda" and (device.index or 0) + args.tensor_parallel_size > torch.cuda.device_count():
+        if (device.type == "cuda" and not shares_one_gpu()
+                and (device.index or 0) + args.tensor_parallel_size > torch.cuda.device_count()):
             raise ValueError(f"tensor_parallel_size={args.tensor_parallel_size} needs that many GPUs from {device}; "
                              f"this machine has {torch.cuda.device_count()}")
         port = free_port()

@@ -13,12 +13,22 @@ must be the same on every rank, and its weights are small).
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+# Debugging aid for a machine of one GPU: every rank on that GPU, meeting over gloo through the
+# host (NCCL refuses two ranks on one GPU). It checks a sharded model's numbers with the GPU's
+# kernels; gloo cannot run inside a CUDA graph, so steps run eagerly.
+SHARE_ONE_GPU = "DSA_TP_SHARE_ONE_GPU"
+
+
+def shares_one_gpu() -> bool:
+    return os.environ.get(SHARE_ONE_GPU) == "1"
 
 
 @dataclass(frozen=True)
@@ -28,6 +38,11 @@ class TensorParallel:
     rank: int = 0
     size: int = 1
     group: object | None = None
+
+    @property
+    def captures_in_graphs(self) -> bool:
+        """Whether its collectives can be captured in a CUDA graph (NCCL's can, gloo's cannot)."""
+        return self.size == 1 or dist.get_backend(self.group) == "nccl"
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """The sum of x over the ranks (in place; x itself alone)."""
@@ -58,7 +73,7 @@ def free_port() -> int:
 
 def join_group(rank: int, size: int, port: int, device: torch.device, timeout_s: float = 600.0) -> TensorParallel:
     """Join the group of `size` processes meeting on localhost:port: NCCL between GPUs, gloo on the CPU."""
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = "nccl" if device.type == "cuda" and not shares_one_gpu() else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,

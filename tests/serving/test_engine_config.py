@@ -17,6 +17,13 @@ def test_the_defaults_turn_speculation_off():
     assert (args.model, args.device, args.num_kv_pages, args.max_model_len) == ("/ckpt", "cpu", None, None)
 
 
+def test_tensor_parallel_size_reaches_the_engine_args_and_must_be_an_integer():
+    assert engine_args(FILLED, "cpu").tensor_parallel_size == 1
+    assert engine_args({**FILLED, "tensor_parallel_size": "8"}, "cpu").tensor_parallel_size == 8
+    with pytest.raises(ValueError, match="tensor_parallel_size must be an integer"):
+        engine_args({**FILLED, "tensor_parallel_size": "two"}, "cpu")
+
+
 def test_speculative_settings_reach_the_engine_args():
     args = engine_args({**FILLED, "speculative_algorithm": "mtp", "speculative_num_steps": "3",
                         "speculative_num_draft_tokens": "4"}, "cpu")

@@ -27,6 +27,14 @@ def test_instance_kind_auto_is_cpu_without_a_gpu(tokenizer_dir, tmp_path):
     assert ("kind: KIND_GPU" if torch.cuda.is_available() else "kind: KIND_CPU") in llm
 
 
+def test_instance_kind_auto_with_tensor_parallelism_is_one_instance_over_its_gpus(tokenizer_dir, tmp_path):
+    import torch
+
+    llm = (fill(tokenizer_dir, tmp_path, {"tensor_parallel_size": "2"}) / "dsa_llm" / "config.pbtxt").read_text()
+    assert ("kind: KIND_MODEL" if torch.cuda.is_available() else "kind: KIND_CPU") in llm
+    assert re.search(r'key: "tensor_parallel_size" value: \{ string_value: "2" \}', llm)
+
+
 def test_the_templates_hold_only_known_placeholders():
     from dsa_backend.serving.fill_template import DEFAULTS
 
