@@ -194,10 +194,13 @@ _DEQUANTIZED_ALWAYS = (".kv_b_proj.weight",)
 
 
 def load_weights(model_dir: str | Path, config: ModelConfig, dtype: torch.dtype, keep_fp8: bool = False,
-                 tp: TensorParallel = TensorParallel()) -> tuple[dict[str, torch.Tensor], CheckpointInfo]:
+                 tp: TensorParallel = TensorParallel(), device: torch.device | str = "cpu",
+                 ) -> tuple[dict[str, torch.Tensor], CheckpointInfo]:
     """Read, validate and convert a checkpoint to the model's state-dict names and `dtype`; with
     keep_fp8 the FP8 block weights stay e4m3, each with its `<name>_scale_inv` (float32) beside it.
-    With tp, rank tp.rank's share of the split tensors (for a model of config.sharded(tp.size))."""
+    With tp, rank tp.rank's share of the split tensors (for a model of config.sharded(tp.size)).
+    Each tensor moves to `device` as it is read, and a layer's experts are stacked as soon as they
+    are all read, so the host holds about one tensor at a time and `device` one layer's experts twice."""
     ckpt = SafetensorsCheckpoint(model_dir)
     names = ckpt.names()
     info = CheckpointInfo(mtp_has_indexer=_mtp_has_indexer(config, names))
@@ -209,20 +212,24 @@ def load_weights(model_dir: str | Path, config: ModelConfig, dtype: torch.dtype,
 
     state: dict[str, torch.Tensor] = {}
     experts: dict[str, dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor | None]]] = {}
+    local = config.sharded(tp.size)
     for name, shape in expected.items():
         if ckpt.shape(name) != shape:
             raise WeightError(f"{name} has shape {ckpt.shape(name)}, expected {shape}")
         tensor, scale = _read_share(ckpt, name, name in quantized, config, keep_fp8, tp)
         if scale is None and tensor.dtype == torch.float8_e4m3fn:
             raise WeightError(f"{name} is float8 but has no {name}_scale_inv")
-        if scale is None:
-            # fp32 in releases, or (the router's) computed in fp32 there: a cast a call otherwise
-            keep_fp32 = name.endswith(("e_score_correction_bias", "weights_proj.weight", "mlp.gate.weight"))
-            tensor = tensor.to(torch.float32 if keep_fp32 else dtype)
+        # fp32 in releases, or (the router's) computed in fp32 there: a cast a call otherwise
+        keep_fp32 = name.endswith(("e_score_correction_bias", "weights_proj.weight", "mlp.gate.weight"))
+        tensor = tensor.to(device, tensor.dtype if scale is not None else torch.float32 if keep_fp32 else dtype)
+        scale = None if scale is None else scale.to(device)
         match = _EXPERT.match(name)
         if match:
-            experts.setdefault(_model_name(match.group(1), config), {})[(int(match.group(2)), match.group(3))] = \
-                (tensor, scale)
+            prefix = _model_name(match.group(1), config)
+            parts = experts.setdefault(prefix, {})
+            parts[(int(match.group(2)), match.group(3))] = (tensor, scale)
+            if len(parts) == 3 * config.n_routed_experts:   # the layer's last expert
+                state.update(_stacked_experts(prefix, experts.pop(prefix), local, dtype))
         else:
             state[_model_name(name, config)] = tensor
             if scale is not None:
@@ -231,12 +238,9 @@ def load_weights(model_dir: str | Path, config: ModelConfig, dtype: torch.dtype,
         # Releases repeat the embedding and head in the MTP layer; the model shares the main ones.
         p = f"model.layers.{config.num_hidden_layers + j}."
         for name in (p + "embed_tokens.weight", p + "shared_head.head.weight"):
-            if name in names and tuple(ckpt.get(name).shape) != (config.vocab_size, config.hidden_size):
-                raise WeightError(f"{name} has shape {tuple(ckpt.get(name).shape)}, "
+            if name in names and ckpt.shape(name) != (config.vocab_size, config.hidden_size):
+                raise WeightError(f"{name} has shape {ckpt.shape(name)}, "
                                   f"expected {(config.vocab_size, config.hidden_size)}")
-    local = config.sharded(tp.size)
-    for prefix, parts in experts.items():
-        state.update(_stacked_experts(prefix, parts, local, dtype))
     block = config.quantization.block[0] if config.quantization else None
     for name in [n for n in state if n.endswith(".self_attn.q_a_proj.weight")]:
         prefix = name[: -len("q_a_proj.weight")]

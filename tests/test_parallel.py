@@ -207,3 +207,71 @@ def test_a_group_that_loses_a_process_ends_its_requests_and_starts_again(checkpo
         assert len(_followers_of(runner._process.pid)) == 1
     finally:
         runner.shutdown(10)
+
+
+def _prefill_parts(path, dtype, device, tp):
+    """A rank's model (TensorParallel without a group: its layers are called one by one), its KV
+    cache, a prefill batch of three prompts, RoPE's cos / sin, and the backend."""
+    from dsa_backend.attention import default_backend
+    from dsa_backend.batch import ForwardBatch, ForwardMode
+    from dsa_backend.cache import KVCache, pages_needed
+    from dsa_backend.models import load_model
+
+    # weights dequantized: the tiny models' shares cut FP8 blocks, which a rank then takes
+    # dequantized while the whole model keeps e4m3 (aligned shares: the weights test above, and
+    # DeepSeek-V3.2's sizes on the device, docs/PERFORMANCE.md "Tensor parallelism on one GPU")
+    model, info = load_model(path, dtype, device, tp=tp)
+    prompts = random_prompts([40, 7, 23])
+    cache = KVCache(model.config, 16, 16, dtype=dtype, mtp_has_indexer=info.mtp_has_indexer, device=device)
+    pages = [cache.allocator.allocate(pages_needed(len(p), 16)) for p in prompts]
+    batch = ForwardBatch.build(ForwardMode.EXTEND, prompts, [0] * len(prompts), pages, 16, device)
+    cos, sin = model.rotary(batch.positions)
+    return model, cache, batch, cos, sin, default_backend(device)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("name", ["deepseek_v32", "glm_shared_fp8"])
+@pytest.mark.parametrize("dtype, tolerance", [(torch.bfloat16, 1e-2), (torch.float32, 1e-5)])
+@torch.inference_mode()
+def test_each_layers_two_shares_add_up_to_the_layer(checkpoint, device, name, dtype, tolerance):
+    """In one process, two ranks' shares of each attention and MLP, summed, against the whole
+    model's on the same input: in bf16 within its rounding, with the same top-k. On the GPU through
+    its kernels (sparse MLA at a rank's head count)."""
+    device = torch.device(device)
+    runs = [_prefill_parts(checkpoint(name), dtype, device, tp)
+            for tp in (TensorParallel(), TensorParallel(0, 2), TensorParallel(1, 2))]
+    whole, _, batch, cos, sin, backend = runs[0]
+    x = whole.model.embed_tokens(batch.input_ids)
+    topks = [None] * 3
+    for i, layer in enumerate(whole.model.layers):
+        h = layer.input_layernorm(x)
+        attention = []
+        for j, (model, cache, b, *_) in enumerate(runs):
+            out, topks[j] = model.model.layers[i].self_attn(h, cos, sin, b, cache, backend, topks[j])
+            attention.append(out.float())
+        assert torch.equal(topks[1], topks[0]) and torch.equal(topks[2], topks[0]), i
+        assert (attention[1] + attention[2] - attention[0]).norm() <= tolerance * attention[0].norm(), i
+        x = x + attention[0].to(dtype)
+        h = layer.post_attention_layernorm(x)
+        mlp = [model.model.layers[i].mlp(h).float() for model, *_ in runs]
+        assert (mlp[1] + mlp[2] - mlp[0]).norm() <= tolerance * mlp[0].norm(), i
+        x = x + mlp[0].to(dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL between ranks takes two GPUs")
+def test_on_two_gpus_graphed_steps_give_the_eager_steps_tokens_and_free_every_page(checkpoint):
+    """NCCL's all-reduces captured in the decode steps' CUDA graphs replay as they ran eagerly."""
+    prompts = random_prompts([5, 40, 23, 9])
+    requests = {str(i): (p, GREEDY) for i, p in enumerate(prompts)}
+    results = []
+    for graphs in (False, True):
+        engine = Engine(EngineArgs(model=str(checkpoint("glm_shared_fp8")), device="cuda", page_size=16,
+                                   num_kv_pages=64, tensor_parallel_size=2, cuda_graph=graphs))
+        try:
+            assert (engine.graphs is not None) == graphs
+            results.append(run_all(engine, requests))
+            assert engine.stats()["kv_pages_free"] == engine.stats()["kv_pages_total"]
+        finally:
+            engine.close()
+    assert results[0] == results[1]

@@ -156,3 +156,29 @@ def test_expected_shapes_cover_the_mtp_layer():
     shapes = checkpoint_tensor_shapes(config)
     assert shapes["model.layers.4.eh_proj.weight"] == (config.hidden_size, 2 * config.hidden_size)
     assert "model.layers.4.self_attn.indexer.wk.weight" in shapes
+
+
+
+def test_each_layers_experts_are_stacked_before_the_next_layer_is_read(checkpoint, monkeypatch):
+    """So that loading holds one layer's per-expert tensors at a time beside the stacked ones."""
+    import dsa_backend.weights as weights
+
+    unstacked, most = [0], [0]
+
+    def read(ckpt, name, *args):
+        unstacked[0] += ".experts." in name
+        most[0] = max(most[0], unstacked[0])
+        return real_read(ckpt, name, *args)
+
+    def stack(*args):
+        unstacked[0] = 0
+        return real_stack(*args)
+
+    real_read, real_stack = weights._read_share, weights._stacked_experts
+    monkeypatch.setattr(weights, "_read_share", read)
+    monkeypatch.setattr(weights, "_stacked_experts", stack)
+    d = checkpoint("deepseek_v32")
+    config = ModelConfig.from_pretrained(d)
+    state, _ = load_weights(d, config, torch.float32)
+    assert most[0] == 3 * config.n_routed_experts
+    assert unstacked[0] == 0 and sum(name.endswith("experts.w13") for name in state) > 1

@@ -22,7 +22,7 @@ def load_model(model_dir: str | Path, dtype: torch.dtype, device: torch.device |
     keep_fp8: an FP8 checkpoint's block weights stay e4m3 (models/fp8_linear.py); tp: this rank's
     shard (dsa_backend/parallel.py; the model's config is then the rank's sizes)."""
     config = config or ModelConfig.from_pretrained(model_dir)
-    state, info = load_weights(model_dir, config, dtype, keep_fp8, tp)
+    state, info = load_weights(model_dir, config, dtype, keep_fp8, tp, device)
     with torch.device("meta"):
         model = DsaForCausalLM(config.sharded(tp.size), info.mtp_has_indexer, tp=tp)
     expect_fp8_weights(model, state)
