@@ -174,8 +174,16 @@ class Engine:
         self.args = args
         config = ModelConfig.from_pretrained(args.model)
         self.followers = None
-        if tp is None:
-            tp = self._lead_group(args, config)
+        try:
+            self._build(args, config, tp if tp is not None else self._lead_group(args, config))
+        except BaseException:
+            self.close()    # the followers fail alike, or would wait for this rank for good
+            raise
+        if self.followers is not None:
+            self.followers.started()
+
+    def _build(self, args: EngineArgs, config: ModelConfig, tp: TensorParallel) -> None:
+        """This rank's model, pools, scheduler, graphs and warm-up."""
         self.tp = tp
         self.device = args.rank_device(tp.rank)
         self.dtype = args.resolved_dtype(self.device)
@@ -264,7 +272,8 @@ class Engine:
         if self.followers is not None:
             self.followers.close()
             self.followers = None
-            torch.distributed.destroy_process_group()
+            if torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()
 
     def _repeat(self, method: str, *args) -> None:
         """Have the other tensor-parallel ranks make this call too."""

@@ -9,7 +9,9 @@ collectives; only rank 0's outputs leave the engine.
 
 A rank that dies leaves the others waiting in a collective that never completes. So when a
 follower exits unasked, rank 0's process exits too (code 1, after logging which rank), and a
-follower exits when rank 0's process is gone. Under EngineProcess that ends the requests in flight
+follower exits when rank 0's process is gone. While the engines are being built, rank 0 first
+waits a little: a bad setting fails every rank alike, and rank 0 then raises its own error (and
+closes the group) rather than exit with a follower's. Under EngineProcess that ends the requests in flight
 with an error and starts the whole group again.
 """
 
@@ -27,6 +29,7 @@ logger = logging.getLogger(__name__)
 _LOG_FORMAT = "%(asctime)s %(processName)s %(name)s %(levelname)s %(message)s"
 _EXIT_GRACE_S = 10.0
 _PARENT_POLL_S = 1.0
+_START_GRACE_S = 15.0
 
 
 class Followers:
@@ -37,6 +40,8 @@ class Followers:
         self._conns: list[Connection] = []
         self._processes = []
         self._closing = False
+        self._closed = threading.Event()
+        self._started = False
         for rank in range(1, args.tensor_parallel_size):
             conn, child_end = context.Pipe()
             process = context.Process(target=_follow, name=f"dsa-engine-rank{rank}", daemon=True,
@@ -53,11 +58,16 @@ class Followers:
         for conn in self._conns:
             conn.send((method, args))
 
+    def started(self) -> None:
+        """Rank 0's engine is built: from now on a follower's exit ends rank 0's process at once."""
+        self._started = True
+
     def close(self) -> None:
         """Stop the followers (their engines end with their processes)."""
         if self._closing:
             return
         self._closing = True
+        self._closed.set()
         for conn in self._conns:
             try:
                 conn.send(("close", ()))
@@ -70,7 +80,7 @@ class Followers:
 
     def _watch(self) -> None:
         ended = wait([p.sentinel for p in self._processes])
-        if self._closing:
+        if self._closing or (not self._started and self._closed.wait(_START_GRACE_S)):
             return
         process = next(p for p in self._processes if p.sentinel in ended)
         process.join()

@@ -139,6 +139,13 @@ def test_two_ranks_give_the_tokens_of_one(checkpoint, name, settings):
     assert all(len(t) == 8 for t in results[1].values())
 
 
+def test_a_bad_setting_found_after_the_followers_started_fails_with_its_message_and_stops_them(checkpoint):
+    """Every rank meets the bad kv_cache_dtype; rank 0 raises its own error, not a follower's exit."""
+    with pytest.raises(ValueError, match="kv_cache_dtype must be 'auto' or 'fp8', got 'fp16'"):
+        Engine(engine_args(checkpoint("glm_moe_dsa"), tensor_parallel_size=2, kv_cache_dtype="fp16"))
+    assert _followers_of(os.getpid()) == []
+
+
 def _followers_of(pid: int) -> list[int]:
     """The tensor-parallel followers a process spawned (multiprocessing's spawned children)."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
