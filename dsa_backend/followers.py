@@ -9,10 +9,10 @@ collectives; only rank 0's outputs leave the engine.
 
 A rank that dies leaves the others waiting in a collective that never completes. So when a
 follower exits unasked, rank 0's process exits too (code 1, after logging which rank), and a
-follower exits when rank 0's process is gone. While the engines are being built, rank 0 first
-waits a little: a bad setting fails every rank alike, and rank 0 then raises its own error (and
-closes the group) rather than exit with a follower's. Under EngineProcess that ends the requests in flight
-with an error and starts the whole group again.
+follower exits when rank 0's process is gone; under EngineProcess the requests in flight then end
+with an error and the whole group is started again. While the engines are being built, rank 0
+first waits a little: a bad setting fails every rank alike, and rank 0 then raises its own error
+(and stops the followers) rather than exit with a follower's.
 """
 
 from __future__ import annotations

@@ -71,8 +71,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def join_group(rank: int, size: int, port: int, device: torch.device, timeout_s: float = 600.0) -> TensorParallel:
-    """Join the group of `size` processes meeting on localhost:port: NCCL between GPUs, gloo on the CPU."""
+def join_group(rank: int, size: int, port: int, device: torch.device, timeout_s: float = 1800.0) -> TensorParallel:
+    """Join the group of `size` processes meeting on localhost:port: NCCL between GPUs, gloo on the
+    CPU. timeout_s bounds a wait for the other ranks, long enough for one to load its weights later."""
     backend = "nccl" if device.type == "cuda" and not shares_one_gpu() else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
