@@ -1,8 +1,12 @@
 """Engine decode throughput: the kernel backend replaying CUDA graphs (graph; graph-sync with
-overlap scheduling off), the kernel backend eagerly (kernel), and the reference (torch) DSA backend.
+overlap scheduling off), the kernel backend eagerly (kernel), the reference (torch) DSA backend,
+and the engine as built (engine: its own backend, its graphs if any, its overlap setting).
 
     python3 benchmarks/bench_engine.py --model /tmp/v32 [--batch 32] [--prompt-len 2304] [--steps 32] [--rounds 3]
-        [--backends graph,graph-sync,kernel,torch] [--speculative-num-steps 2] [--fp8-weights keep,dequantize]
+        [--backends graph,graph-sync,kernel,torch,engine] [--speculative-num-steps 2] [--fp8-weights keep,dequantize]
+        [--tensor-parallel-size 8 --backends engine]
+
+With --tensor-parallel-size > 1 only `engine` runs: the other ranks keep the engine as it was built.
 
 All serve the same requests on one Engine (loaded once); only decode steps (every
 request past its prefill) are timed, each on its own too (steps_ms, median_step_ms: a compile or a
@@ -106,8 +110,11 @@ def main() -> None:
     ap.add_argument("--repetition-penalty", type=float, default=1.0,
                     help="on every request (the sampler then reads each request's output)")
     ap.add_argument("--temperature", type=float, default=0.0, help="> 0: sampled requests, seeded")
+    ap.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs sharing each layer (backends: engine)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.tensor_parallel_size > 1 and a.backends != "engine":
+        ap.error("--tensor-parallel-size > 1 runs --backends engine alone: the other ranks keep the engine as built")
     pages = a.batch * (-(-(a.prompt_len + _MAX_TOKENS + a.speculative_num_steps + 1) // 64)) + 8
     settings = a.fp8_weights.split(",")
     engines = {}
@@ -116,7 +123,7 @@ def main() -> None:
         engines[setting] = Engine(EngineArgs(
             model=a.model, device=a.device, kv_cache_dtype=a.kv_cache_dtype, num_kv_pages=pages,
             max_running_requests=a.batch, max_num_batched_tokens=8192, batch_invariant=a.batch_invariant,
-            fp8_weights=setting, **(dict(speculative_algorithm="mtp", speculative_num_steps=a.speculative_num_steps)
+            fp8_weights=setting, tensor_parallel_size=a.tensor_parallel_size, **(dict(speculative_algorithm="mtp", speculative_num_steps=a.speculative_num_steps)
                                     if a.speculative_num_steps else {})))
         print(f"engine (fp8_weights={setting}) loaded in {time.perf_counter() - t:.1f} s", flush=True)
     backend_tags = a.backends.split(",")
@@ -127,7 +134,8 @@ def main() -> None:
         # graph: the model's own backend (None: the kernel backend on CUDA), the one its graphs captured
         # graph-sync: graph with overlap scheduling off (each step reads its tokens back before the next)
         backends = {"graph": (None, engine.graphs, True), "graph-sync": (None, engine.graphs, False),
-                    "kernel": (KernelDsaBackend(), None, True), "torch": (TorchDsaBackend(), None, True)}
+                    "kernel": (KernelDsaBackend(), None, True), "torch": (TorchDsaBackend(), None, True),
+                    "engine": (None, engine.graphs, engine.overlap)}
         for tag in backend_tags:
             runners[tag if len(settings) == 1 else f"{tag}-{setting}"] = (engine, *backends[tag])
     tags = list(runners)
@@ -135,7 +143,10 @@ def main() -> None:
                                   a.temperature),
                  round=r)
             for r in range(a.rounds) for tag in tags]
+    for engine in engines.values():
+        engine.close()
     result = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name() if a.device == "cuda" else a.device,
+                  tensor_parallel_size=a.tensor_parallel_size,
                   libraries=dsa_kernels.available_backends(a.device), model=a.model, batch=a.batch, prompt_len=a.prompt_len, kv_cache_dtype=a.kv_cache_dtype,
                   batch_invariant=a.batch_invariant, speculative_num_steps=a.speculative_num_steps,
                   repetition_penalty=a.repetition_penalty, temperature=a.temperature,

@@ -55,6 +55,21 @@ def test_the_engine_benchmark_alternates_backends_in_rounds_on_the_cpu(tmp_path,
     assert res["kernel_over_torch"] > 0
 
 
+def test_the_engine_benchmark_times_two_tensor_parallel_ranks_as_built(tmp_path, checkpoint):
+    script = SCRIPT.parent / "bench_engine.py"
+    out = tmp_path / "engine.json"
+    args = [sys.executable, str(script), "--model", str(checkpoint("deepseek_v32")), "--device", "cpu", "--batch", "2",
+            "--prompt-len", "40", "--steps", "2", "--kv-cache-dtype", "auto", "--tensor-parallel-size", "2"]
+    refused = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and "runs --backends engine alone" in refused.stderr
+    run = subprocess.run(args + ["--backends", "engine", "--json", str(out)], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["tensor_parallel_size"] == 2 and [r["backend"] for r in res["runs"]] == ["engine"]
+    assert res["runs"][0]["tokens"] == 2 * 2
+
+
 def test_the_engine_benchmark_runs_an_engine_a_fp8_weights_setting(tmp_path, checkpoint):
     script = SCRIPT.parent / "bench_engine.py"
     out = tmp_path / "engine.json"
