@@ -4,6 +4,7 @@ give the tokens of one, and a group that starts again when any of its processes 
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import threading
@@ -137,6 +138,45 @@ def test_two_ranks_give_the_tokens_of_one(checkpoint, name, settings):
             engine.close()
     assert results[0] == results[1]
     assert all(len(t) == 8 for t in results[1].values())
+
+
+def _busy_run(engine: Engine) -> tuple[dict, dict]:
+    """Requests that share a prefix, outgrow a small pool (retractions) and one aborted mid-way:
+    every output (tokens, finish reason) and the engine's counters."""
+    shared = random_prompts([32], seed=5)[0]
+    prompts = [shared + p for p in random_prompts([3, 17, 30, 9, 25, 12], seed=6)]
+    sampled = SamplingParams(max_tokens=24, temperature=0.8, seed=3, ignore_eos=True)
+    greedy = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+    outputs = {}
+    for i, prompt in enumerate(prompts):
+        engine.add_request(str(i), prompt, sampled if i % 2 else greedy)
+    for step in itertools.count():
+        if step == 4:
+            outputs.setdefault("3", []).append(engine.abort("3"))
+        for out in engine.step():
+            outputs.setdefault(out.request_id, []).append(out)
+        if not engine.has_work():
+            break
+    tokens = {rid: ([t for o in outs for t in o.new_token_ids], outs[-1].finish_reason) for rid, outs in outputs.items()}
+    stats = engine.stats()
+    return tokens, {k: stats[k] for k in ("retractions", "prefix_cache_hit_tokens", "kv_pages_free", "kv_pages_total")}
+
+
+def test_two_ranks_stay_in_step_through_retractions_prefix_hits_and_aborts(checkpoint):
+    """Anything that parted the ranks' schedules would part their collectives' rows: the outputs
+    and counters of a busy run match one rank's."""
+    runs = []
+    for size in (1, 2):
+        engine = Engine(engine_args(checkpoint("deepseek_v32"), num_kv_pages=8, max_num_batched_tokens=48,
+                                    tensor_parallel_size=size))
+        try:
+            runs.append(_busy_run(engine))
+        finally:
+            engine.close()
+    assert runs[0] == runs[1]
+    tokens, stats = runs[1]
+    assert stats["retractions"] > 0 and stats["prefix_cache_hit_tokens"] > 0
+    assert tokens["3"][1] == "abort" and stats["kv_pages_free"] == stats["kv_pages_total"]
 
 
 def test_a_bad_setting_found_after_the_followers_started_fails_with_its_message_and_stops_them(checkpoint):
