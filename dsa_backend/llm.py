@@ -23,12 +23,23 @@ class CompletionOutput:
 
 
 class LLM:
-    """Runs an Engine in the caller's thread until every prompt is done."""
+    """Runs an Engine in the caller's thread until every prompt is done. With tensor_parallel_size
+    > 1 the other ranks run in processes of their own until close() (or the end of a `with`
+    block, or of the interpreter)."""
 
     def __init__(self, model: str | Path, **engine_args):
         self.engine = Engine(EngineArgs(model=str(model), **engine_args))
         self.tokenizer = Tokenizer(model)
         self._next_id = 0
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None
                  ) -> list[CompletionOutput]:

@@ -41,14 +41,18 @@ def test_every_preset_is_a_valid_config(arch, preset):
     assert config.kv_lora_rank == 512 and config.qk_rope_head_dim == 64 and config.index_head_dim == 128
 
 
-def test_shell_generate_runs_on_a_checkpoint(checkpoint):
-    result = subprocess.run(
-        [sys.executable, "-m", "dsa_backend", "generate", "--model", str(checkpoint("glm_moe_dsa")),
-         "--prompt", "Hello", "--prompt", "你好", "--max-tokens", "3", "--ignore-eos", "--json"],
-        capture_output=True, text=True, check=True, timeout=300)
-    lines = [json.loads(line) for line in result.stdout.splitlines()]
+def test_shell_generate_runs_on_a_checkpoint_on_one_rank_or_two(checkpoint):
+    outputs = []
+    for ranks in ("1", "2"):
+        result = subprocess.run(
+            [sys.executable, "-m", "dsa_backend", "generate", "--model", str(checkpoint("glm_moe_dsa")),
+             "--prompt", "Hello", "--prompt", "你好", "--max-tokens", "3", "--ignore-eos", "--json",
+             "--tensor-parallel-size", ranks], capture_output=True, text=True, check=True, timeout=300)
+        outputs.append([json.loads(line) for line in result.stdout.splitlines()])
+    lines = outputs[0]
     assert [line["prompt"] for line in lines] == ["Hello", "你好"]
     assert all(len(line["token_ids"]) == 3 and line["finish_reason"] == "length" for line in lines)
+    assert outputs[1] == outputs[0]
 
 
 def test_branch_scale_shrinks_only_the_main_layers_residual_outputs(tmp_path):

@@ -186,6 +186,16 @@ def test_a_bad_setting_found_after_the_followers_started_fails_with_its_message_
     assert _followers_of(os.getpid()) == []
 
 
+def test_an_llm_of_two_ranks_stops_its_follower_when_its_block_ends(checkpoint):
+    from dsa_backend import LLM
+
+    with LLM(checkpoint("glm_moe_dsa"), device="cpu", dtype="float32", tensor_parallel_size=2) as llm:
+        assert len(_followers_of(os.getpid())) == 1
+        [out] = llm.generate([random_prompts([9])[0]], GREEDY)
+        assert len(out.token_ids) == 8
+    assert _followers_of(os.getpid()) == []
+
+
 def _followers_of(pid: int) -> list[int]:
     """The tensor-parallel followers a process spawned (multiprocessing's spawned children)."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
