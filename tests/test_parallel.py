@@ -121,10 +121,12 @@ def run_all(engine: Engine, requests: dict[str, tuple[list[int], SamplingParams]
     ("deepseek_v32", {}),
     ("glm_shared_fp8", {}),
     ("glm_moe_dsa", {"speculative_algorithm": "mtp", "speculative_num_steps": 2}),
+    ("deepseek_v32", {"speculative_algorithm": "eagle", "speculative_num_steps": 2, "speculative_eagle_topk": 2,
+                      "speculative_num_draft_tokens": 4}),
 ])
 def test_two_ranks_give_the_tokens_of_one(checkpoint, name, settings):
     """Greedy and seeded sampled requests batched together, prefill in chunks, then decode (or
-    MTP drafting and verify)."""
+    MTP drafting and verify: a chain, and a tree whose accepted path moves in both pools)."""
     prompts = random_prompts([5, 40, 23])
     sampled = SamplingParams(max_tokens=8, temperature=1.0, top_p=0.9, seed=7, ignore_eos=True)
     requests = {"a": (prompts[0], GREEDY), "b": (prompts[1], GREEDY), "c": (prompts[2], sampled)}
