@@ -42,14 +42,18 @@ class Followers:
         self._closing = False
         self._closed = threading.Event()
         self._started = False
-        for rank in range(1, args.tensor_parallel_size):
-            conn, child_end = context.Pipe()
-            process = context.Process(target=_follow, name=f"dsa-engine-rank{rank}", daemon=True,
-                                      args=(child_end, args, rank, port, logging.getLogger().getEffectiveLevel()))
-            process.start()
-            child_end.close()
-            self._conns.append(conn)
-            self._processes.append(process)
+        try:
+            for rank in range(1, args.tensor_parallel_size):
+                conn, child_end = context.Pipe()
+                process = context.Process(target=_follow, name=f"dsa-engine-rank{rank}", daemon=True,
+                                          args=(child_end, args, rank, port, logging.getLogger().getEffectiveLevel()))
+                process.start()
+                child_end.close()
+                self._conns.append(conn)
+                self._processes.append(process)
+        except BaseException:
+            self.close()    # the ones started would wait for the rest at the rendezvous
+            raise
         threading.Thread(target=self._watch, name="dsa-followers-watch", daemon=True).start()
         atexit.register(self.close)   # before multiprocessing's own exit handler ends them
 
