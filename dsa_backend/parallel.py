@@ -79,4 +79,6 @@ def join_group(rank: int, size: int, port: int, device: torch.device, timeout_s:
         torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
                             timeout=timedelta(seconds=timeout_s))
+    # NCCL makes its communicator at the first collective, which must not be inside a graph capture
+    dist.all_reduce(torch.zeros(1, device=device))
     return TensorParallel(rank, size, dist.group.WORLD)
