@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 from checkpoints import random_prompts
+from test_engine_runner import Collector
 from dsa_backend.config import ConfigError, ModelConfig
 from dsa_backend.engine import Engine, EngineArgs
 from dsa_backend.engine_process import EngineProcess
@@ -211,22 +211,8 @@ def _gone(pid: int) -> bool:
         return True
 
 
-class Stream:
-    def __init__(self):
-        self.outputs, self.done = [], threading.Event()
-
-    def __call__(self, out):
-        self.outputs.append(out)
-        if out.finished:
-            self.done.set()
-
-    @property
-    def tokens(self) -> list[int]:
-        return [t for o in self.outputs for t in o.new_token_ids]
-
-
-def _generate(runner: EngineProcess, rid: str, prompt: list[int], params=GREEDY) -> Stream:
-    stream = Stream()
+def _generate(runner: EngineProcess, rid: str, prompt: list[int], params=GREEDY) -> Collector:
+    stream = Collector()
     runner.submit(rid, prompt, params, stream)
     assert stream.done.wait(120), rid
     return stream
@@ -248,7 +234,7 @@ def test_a_group_that_loses_a_process_ends_its_requests_and_starts_again(checkpo
         rank0 = runner._process.pid
         followers = _followers_of(rank0)
         assert len(followers) == 1
-        long = Stream()
+        long = Collector()
         runner.submit("long", prompt, SamplingParams(max_tokens=2000, temperature=0, ignore_eos=True), long)
         while not long.outputs:
             time.sleep(0.01)
