@@ -25,6 +25,7 @@ _SCALAR_TYPES = {
     "end_id": "INT32", "pad_id": "INT32", "beam_width": "INT32",
     "stream": "BOOL", "exclude_input_in_output": "BOOL", "return_log_probs": "BOOL",
     "sampling_parameters": "BYTES", "messages": "BYTES",
+    "guided_decoding_guide_type": "BYTES", "guided_decoding_guide": "BYTES",
 }
 _LIST_TYPES = {"stop_words": "BYTES", "bad_words": "BYTES"}
 _NP = {"FP32": np.float32, "INT32": np.int32, "UINT64": np.uint64, "BOOL": np.bool_, "BYTES": np.object_}

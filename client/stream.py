@@ -24,13 +24,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop", action="append", help="stop string (repeatable)")
     parser.add_argument("--chat", action="store_true", help="send the prompt as a user message (chat template)")
     parser.add_argument("--no-stream", action="store_true", help="one response at the end")
+    parser.add_argument("--guide-type", choices=["json", "json_schema", "regex", "ebnf_grammar", "choice"],
+                        help="structured output: the guide's kind")
+    parser.add_argument("--guide", help="the JSON schema, regex, EBNF grammar or JSON list of choices; "
+                                        "@FILE reads it from FILE")
     args = parser.parse_args(argv)
+    guide = args.guide
+    if guide and guide.startswith("@"):
+        with open(guide[1:], encoding="utf-8") as f:
+            guide = f.read()
     messages = json.dumps([{"role": "user", "content": args.prompt}]) if args.chat else None
     completion = generate(
         args.url, "" if args.chat else args.prompt, args.max_tokens, stream=not args.no_stream,
         on_delta=lambda d: print(d, end="", flush=True), temperature=args.temperature, top_p=args.top_p,
         top_k=args.top_k, seed=args.seed, stop_words=args.stop, messages=messages,
-        exclude_input_in_output=True)
+        exclude_input_in_output=True, guided_decoding_guide_type=args.guide_type, guided_decoding_guide=guide)
     print()
     if completion.error:
         print(f"error: {completion.error}", file=sys.stderr)

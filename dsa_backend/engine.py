@@ -18,6 +18,7 @@ from dsa_backend.cache import KVCache, pages_needed
 from dsa_backend.config import ModelConfig
 from dsa_backend.cuda_graphs import DecodeGraphs
 from dsa_backend.followers import Followers
+from dsa_backend.guided import Grammars
 from dsa_backend.models import load_model
 from dsa_backend.models.model import ForwardOutput
 from dsa_backend.parallel import TensorParallel, free_port, join_group, shares_one_gpu
@@ -216,6 +217,7 @@ class Engine:
         n = self.spec.num_draft_tokens if self.spec else 1
         self.graphs = (DecodeGraphs(self.model, self.cache, args.max_running_requests, self.max_model_len,
                                     pad_page=held_page, tokens_per_request=n) if graphs else None)
+        self.grammars = Grammars(args.model, self.config.vocab_size)
         self.scheduler = Scheduler(self.cache.allocator, args.page_size, args.max_running_requests,
                                    args.max_num_batched_tokens, prefix_caching=args.enable_prefix_caching)
         self.generator = torch.Generator(device=self.device).manual_seed(args.seed)
@@ -320,9 +322,11 @@ class Engine:
         if request_id in self.sequences:
             raise ValueError(f"request_id {request_id!r} is already in flight")
         self.limits.validate(prompt_ids, params)
+        matcher = (self.grammars.matcher(params.guided_decoding, {*self.config.eos_token_ids, *params.stop_token_ids})
+                   if params.guided_decoding else None)
         self._repeat("add_request", request_id, prompt_ids, params)
         seq = Sequence(request_id, list(prompt_ids), params, next(self._arrivals),
-                       generator=make_generator(params.seed, self.device))
+                       generator=make_generator(params.seed, self.device), matcher=matcher)
         self.sequences[request_id] = seq
         self.scheduler.add(seq)
 
@@ -378,9 +382,11 @@ class Engine:
         # in Sequence.token_ids.
         unread = [s.params.reads_output and bool(s.pending_rows) for s in seqs]
         rows = [SamplingRow(s.params, s.prompt_ids, s.output_so_far(), s.generator, s.arrival) for s in seqs]
+        # a guided request's earlier tokens are read back (matches_output_on_host): none pending
+        guides = self.grammars.token_bitmask([(s.matcher, ()) if s.matcher else None for s in seqs])
         sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device,
                                        pending=self._unread.token_ids if any(unread) else None,
-                                       counts=self.token_counts)
+                                       counts=self.token_counts, token_bitmask=guides)
         logits = out.logits if len(done) == len(chunks) else out.logits[to_device(torch.tensor(done), self.device)]
         sampled = sample(logits, sampling, self.generator)
         for row, seq in enumerate(seqs):
@@ -408,7 +414,7 @@ class Engine:
                           out: ForwardOutput) -> list[RequestOutput]:
         """Accept drafts against the target (a plain sample where there were none), move the
         accepted path's KV to the front of the draft region, then draft anew."""
-        rows, logit_rows, first_row, row = [], [], {}, 0
+        rows, guides, logit_rows, first_row, row = [], [], [], {}, 0
         for i, chunk in enumerate(chunks):
             tree = chunk.draft or ROOT_ONLY
             if chunk.completes:
@@ -419,13 +425,15 @@ class Engine:
                     # bad words); only rows that read the output need the path.
                     output = seq.output_so_far(tree.path_tokens(node) if seq.params.reads_output else ())
                     rows.append(SamplingRow(seq.params, seq.prompt_ids, output, seq.generator, seq.arrival))
+                    guides.append((seq.matcher, tree.path_tokens(node)) if seq.matcher else None)
                     logit_rows.append(row + node)
             row += tree.num_nodes
         if not rows:
             self._draft(chunks, batch, out, {}, completed=set())
             return []
         sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device,
-                                       counts=self.token_counts)
+                                       counts=self.token_counts,
+                                       token_bitmask=self.grammars.token_bitmask(guides))
         # every row, when every chunk completes: no gather of [rows, vocab]
         logits = out.logits if len(logit_rows) == out.logits.shape[0] else out.logits[logit_rows]
         processed = process_logits(logits, sampling)
@@ -576,6 +584,10 @@ class Engine:
                 seq.output_logprobs.append(logprob)
                 new_logprobs.append(logprob)
             reason = self._stop_reason(seq, token)
+            if seq.matcher is not None and not seq.matcher.accept_token(token):
+                # the guide's tokens were all banned (bad words): nothing it allows could be sampled
+                reason, seq.error = "error", (f"guided decoding: token {token} breaks the guide; every token it "
+                                              "allowed there was banned (bad_words)")
             if reason is not None:
                 self.scheduler.finish(seq, reason)
                 del self.sequences[seq.request_id]
@@ -601,7 +613,7 @@ class Engine:
             finished=seq.is_finished, finish_reason=seq.finish_reason,
             num_prompt_tokens=len(seq.prompt_ids), num_output_tokens=len(seq.output_ids),
             num_draft_tokens=seq.num_draft_tokens, num_accepted_draft_tokens=seq.num_accepted_draft_tokens,
-            num_cached_tokens=seq.num_cached_tokens or 0)
+            num_cached_tokens=seq.num_cached_tokens or 0, error=seq.error)
 
     def stats(self) -> dict[str, float]:
         pages = self.scheduler.pages

@@ -1,6 +1,7 @@
 """Batched next-token sampler: bans, penalties, then greedy or filtered random sampling.
 
 Each row goes through these stages in order, every stage seeing what the previous one left:
+  0. a guided request's grammar (guided.py): every token it does not allow next -> -inf.
   1. bans -> -inf: each one-token bad word; the last token of a longer bad word when the context
      (prompt + output) ends with the rest of it; and, while fewer than min_tokens outputs exist,
      the tokens that would stop the request (stop_token_ids, and eos unless ignore_eos).
@@ -28,6 +29,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from dsa_backend.guided import allowed_tokens
 from dsa_backend.sampling_params import SamplingParams
 from dsa_backend.token_counts import TokenCounts
 from dsa_backend.transfer import to_device
@@ -101,6 +103,7 @@ class SamplingBatch:
     top_k: torch.Tensor  # [batch] int64, vocab_size when off
     top_p: torch.Tensor  # [batch] float32, inf when off so float rounding never cuts the tail
     log_min_p: torch.Tensor  # [batch] float32, log(min_p); -inf when off
+    allowed: torch.Tensor | None  # [batch, vocab] bool, the tokens guides allow; None when no row is guided
     ban_rows: torch.Tensor | None  # [bans] int64, with ban_tokens: the (row, token) set to -inf
     ban_tokens: torch.Tensor | None  # [bans] int64
     penalties: Penalties | None  # None when no row has a penalty
@@ -119,10 +122,11 @@ class SamplingBatch:
     @classmethod
     def build(cls, rows: Sequence[SamplingRow], vocab_size: int, eos_token_ids: Collection[int],
               device: torch.device | str, pending: torch.Tensor | None = None,
-              counts: TokenCounts | None = None) -> SamplingBatch:
+              counts: TokenCounts | None = None, token_bitmask: torch.Tensor | None = None) -> SamplingBatch:
         """Gather `rows` (one per logits row) into tensors on `device`; `pending` [n] on `device`:
         the output tokens the rows name -1 - i (SamplingRow). `counts`: the penalties' counts
-        kept across steps, for rows with keys; None counts these rows afresh."""
+        kept across steps, for rows with keys; None counts these rows afresh. `token_bitmask`:
+        Grammars.token_bitmask's [rows, words] on the host, or None."""
         device = torch.device(device)
         params = [row.params for row in rows]
         sampled = [not p.greedy for p in params]
@@ -149,6 +153,8 @@ class SamplingBatch:
             top_p=put([p.top_p if p.top_p < 1 else math.inf for p in params], torch.float32),
             log_min_p=put([math.log(p.min_p) if p.min_p > 0 else -math.inf for p in params],
                           torch.float32),
+            allowed=(allowed_tokens(to_device(token_bitmask, device), vocab_size)
+                     if token_bitmask is not None else None),
             ban_rows=put(ban_rows, torch.int64) if has_bans else None,
             ban_tokens=put(ban_tokens, torch.int64) if has_bans else None,
             penalties=_penalties(rows, vocab_size, device, pending, counts),
@@ -184,7 +190,9 @@ def sample(logits: torch.Tensor, batch: SamplingBatch,
 
 
 def process_logits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-    """Stages 1-3 (bans, repetition, frequency/presence) on [batch, vocab] float32, out of place."""
+    """Stages 0-3 (guides, bans, repetition, frequency/presence) on [batch, vocab] float32, out of place."""
+    if batch.allowed is not None:
+        logits = logits.masked_fill(~batch.allowed, -math.inf)
     if batch.ban_rows is not None:
         logits = logits.index_put((batch.ban_rows, batch.ban_tokens),
                                   logits.new_full((), -math.inf))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dsa_backend.guided import Guide
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -30,6 +32,7 @@ class SamplingParams:
     logprobs: bool = False
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    guided_decoding: Guide | None = None    # structured output (guided.py); vLLM's dict is taken too
 
     def __post_init__(self) -> None:
         # Accept lists from callers (JSON, tritonclient) but keep the dataclass hashable-ish.
@@ -39,6 +42,8 @@ class SamplingParams:
                 value = (value,)
             object.__setattr__(self, name, tuple(value or ()))
         object.__setattr__(self, "bad_words_ids", tuple(tuple(w) for w in self.bad_words_ids or ()))
+        if self.guided_decoding is not None and not isinstance(self.guided_decoding, Guide):
+            object.__setattr__(self, "guided_decoding", Guide.from_vllm(self.guided_decoding))
         _check(isinstance(self.max_tokens, int) and self.max_tokens >= 1,
                f"max_tokens must be a positive integer, got {self.max_tokens!r}")
         _check(self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}")
@@ -60,6 +65,10 @@ class SamplingParams:
                "stop must be a list of non-empty strings")
         _check(all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
                "stop_token_ids must be non-negative integers")
+        # the grammar's end admits only stop tokens, which these would ban or ignore
+        _check(self.guided_decoding is None or (self.min_tokens == 0 and not self.ignore_eos),
+               "min_tokens and ignore_eos cannot be combined with guided decoding: the guide decides "
+               "where the output ends")
 
     @property
     def greedy(self) -> bool:
@@ -68,8 +77,9 @@ class SamplingParams:
     @property
     def matches_output_on_host(self) -> bool:
         """Whether sampling compares the output's last tokens with something on the host: a bad
-        word of several tokens bans its last one where the output ends with the rest."""
-        return any(len(word) > 1 for word in self.bad_words_ids)
+        word of several tokens bans its last one where the output ends with the rest, and a guide's
+        grammar allows what may follow the output."""
+        return self.guided_decoding is not None or any(len(word) > 1 for word in self.bad_words_ids)
 
     @property
     def reads_output(self) -> bool:

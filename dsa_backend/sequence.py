@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -48,6 +49,8 @@ class Sequence:
     draft: DraftTree | None = None                       # speculative tokens to verify next step
     num_draft_tokens: int = 0                            # drafted so far (for acceptance stats)
     num_accepted_draft_tokens: int = 0
+    matcher: Any = None             # guided decoding: xgrammar's GrammarMatcher at the output's end (guided.py)
+    error: str | None = None        # why the request ended with finish_reason "error"
     # Overlap scheduling: output tokens sampled but not yet read back, each named by its row in
     # the sampled tokens of the step that made it (on the GPU, where the next step reads it).
     pending_rows: list[int] = field(default_factory=list)

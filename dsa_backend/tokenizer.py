@@ -44,6 +44,11 @@ class Tokenizer:
         """Text of `ids`; incomplete UTF-8 decodes to U+FFFD, ids outside the vocabulary to nothing."""
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
+    @property
+    def fast_tokenizer(self) -> _FastTokenizer:
+        """The `tokenizers` object itself (guided decoding indexes its vocabulary)."""
+        return self._tok
+
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
 

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from dsa_backend.guided import Guide
 from dsa_backend.sampling_params import SamplingParams
 
 _PARAM_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}
@@ -72,6 +73,9 @@ def parse_request(inputs: Mapping[str, np.ndarray]) -> LLMRequest:
     if end_id is not None:
         stop_ids.append(end_id)
     bad = list(fields.pop("bad_words_ids", ()) or ()) + _bad_words(inputs.get("bad_words_ids"))
+    guide = _guide(inputs)
+    if guide is not None:
+        fields["guided_decoding"] = guide
     if flags["return_log_probs"]:
         fields["logprobs"] = True
     try:
@@ -96,6 +100,8 @@ def _sampling_parameters(array: np.ndarray | None) -> dict[str, Any]:
         raise ValueError(f"sampling_parameters is not valid JSON: {e}") from None
     if not isinstance(fields, dict):
         raise ValueError("sampling_parameters must be a JSON object")
+    if "structured_outputs" in fields:   # vLLM's newer name for guided_decoding
+        fields["guided_decoding"] = fields.pop("structured_outputs")
     for key, single in _VLLM_SINGLE.items():
         if key in fields and fields.pop(key) not in (single, None):
             raise ValueError(f"sampling_parameters.{key} must be {single}: one sequence per request")
@@ -107,6 +113,20 @@ def _sampling_parameters(array: np.ndarray | None) -> dict[str, Any]:
         if isinstance(fields.get(key), float) and fields[key].is_integer():
             fields[key] = int(fields[key])
     return fields
+
+
+def _guide(inputs: Mapping[str, np.ndarray]) -> Guide | None:
+    """tensorrtllm_backend's guided_decoding_guide_type (json, json_schema, regex, ebnf_grammar;
+    and choice, a JSON list of strings) with its guided_decoding_guide."""
+    kind = _strings(inputs.get("guided_decoding_guide_type"), "guided_decoding_guide_type")
+    spec = _strings(inputs.get("guided_decoding_guide"), "guided_decoding_guide")
+    if not kind:
+        if spec:
+            raise ValueError("guided_decoding_guide needs guided_decoding_guide_type (json_schema, regex, ...)")
+        return None
+    if len(kind) != 1 or len(spec) > 1:
+        raise ValueError("guided_decoding_guide_type and guided_decoding_guide must hold one string each")
+    return Guide(kind[0], spec[0] if spec else "")
 
 
 def _scalar(inputs: Mapping[str, np.ndarray], name: str, kinds: str) -> Any:

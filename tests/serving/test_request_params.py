@@ -69,3 +69,28 @@ def test_bad_values_raise_naming_the_field(extra, field):
 def test_missing_max_tokens_names_the_field():
     with pytest.raises(ValueError, match="max_tokens"):
         parse_request({"input_ids": np.array([1], np.int32)})
+
+
+def test_tensorrtllm_guide_tensors_and_vllm_guided_decoding_json_become_a_guide():
+    from dsa_backend.guided import Guide
+    schema = '{"type": "object"}'
+    r = parse_request(inputs(guided_decoding_guide_type=np.array([b"json_schema"], dtype=object),
+                             guided_decoding_guide=np.array([schema.encode()], dtype=object)))
+    assert r.params.guided_decoding == Guide("json_schema", schema)
+    r = parse_request(inputs(guided_decoding_guide_type=np.array([b"json"], dtype=object)))
+    assert r.params.guided_decoding == Guide("json")
+    for key in ("guided_decoding", "structured_outputs"):
+        text = json.dumps({key: {"regex": "[0-9]+"}})
+        r = parse_request(inputs(sampling_parameters=np.array([text.encode()], dtype=object)))
+        assert r.params.guided_decoding == Guide("regex", "[0-9]+")
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"guided_decoding_guide_type": [b"xml"]}, "guide type must be one of"),
+    ({"guided_decoding_guide_type": [b"regex"]}, "needs its regex"),
+    ({"guided_decoding_guide": [b"[0-9]+"]}, "needs guided_decoding_guide_type"),
+    ({"guided_decoding_guide_type": [b"json_schema"], "guided_decoding_guide": [b"{oops"]}, "not valid JSON"),
+])
+def test_bad_guides_raise_naming_the_problem(extra, message):
+    with pytest.raises(ValueError, match=message):
+        parse_request(inputs(**{k: np.array(v, dtype=object) for k, v in extra.items()}))

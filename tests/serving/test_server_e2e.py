@@ -94,6 +94,39 @@ def test_chat_messages_use_the_chat_template(served):
     assert c.num_input_tokens == 4
 
 
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["answer", "ok"],
+          "properties": {"answer": {"enum": ["yes", "no"]}, "ok": {"type": "boolean"}}}
+
+
+def test_a_json_schema_guide_streams_json_of_that_schema_as_the_offline_llm_does(served, offline_llm):
+    guide = {"json": SCHEMA, "disable_any_whitespace": True}   # a random model spins in free whitespace
+    c = greedy(served.grpc_url, PROMPTS["english"], 32, stream=True,
+               sampling_parameters=json.dumps({"guided_decoding": guide}))
+    value = json.loads(c.text)
+    assert set(value) == {"answer", "ok"} and value["answer"] in ("yes", "no") and isinstance(value["ok"], bool)
+    assert c.finish_reason == "stop" and len(c.deltas) > 1
+    [offline] = offline_llm.generate(PROMPTS["english"], SamplingParams(
+        max_tokens=32, temperature=0, guided_decoding=guide))
+    assert c.text == offline.text
+
+
+def test_tensorrtllm_guide_tensors_give_text_that_matches_the_regex(served, offline_llm):
+    regex = r"[a-z]{3,8}@[a-z]{2,6}\.(com|org)"
+    c = greedy(served.grpc_url, PROMPTS["emoji"], 24, guided_decoding_guide_type="regex", guided_decoding_guide=regex)
+    assert re.fullmatch(regex, c.text) and c.finish_reason == "stop"
+    [offline] = offline_llm.generate(PROMPTS["emoji"], SamplingParams(
+        max_tokens=24, temperature=0, guided_decoding={"regex": regex}))
+    assert c.text == offline.text
+
+
+def test_vllm_guided_decoding_in_sampling_parameters_picks_one_of_the_choices(served):
+    choices = ["alpha", "beta", "gamma delta"]
+    params = json.dumps({"temperature": 1.0, "seed": 3, "guided_decoding": {"choice": choices}})
+    c = generate(served.grpc_url, PROMPTS["chinese"], 16, sampling_parameters=params, exclude_input_in_output=True,
+                 timeout_s=120)
+    assert c.error is None and c.text in choices and c.finish_reason == "stop"
+
+
 def settle(read, want, timeout_s=30.0):
     """What read() returns once it equals want, or its last value after timeout_s. dsa_llm sets
     its gauges one by one (pages first), and a scrape once read running == 0 next to a page
@@ -171,6 +204,10 @@ BAD_INPUTS = {
     "wrong shape": ("max_tokens", dict(inputs=[_text(b"hi"), _max_tokens(shape=(1, 2))])),
     "malformed sampling_parameters": ("sampling_parameters", dict(sampling_parameters="{temperature: ")),
     "beam_width above one": ("beam_width", dict(beam_width=4)),
+    "unknown guide type": ("guide type", dict(guided_decoding_guide_type="xml", guided_decoding_guide="<a/>")),
+    # found by the engine process's compiler, not by dsa_llm's checks
+    "guide that does not compile": ("regex does not compile",
+                                    dict(guided_decoding_guide_type="regex", guided_decoding_guide="[a-z")),
 }
 
 
