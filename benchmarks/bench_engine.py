@@ -4,7 +4,7 @@ and the engine as built (engine: its own backend, its graphs if any, its overlap
 
     python3 benchmarks/bench_engine.py --model /tmp/v32 [--batch 32] [--prompt-len 2304] [--steps 32] [--rounds 3]
         [--backends graph,graph-sync,kernel,torch,engine] [--speculative-num-steps 2] [--fp8-weights keep,dequantize]
-        [--tensor-parallel-size 8 --backends engine]
+        [--tensor-parallel-size 8 --backends engine] [--backends engine,guided [--guide JSON]]
 
 With --tensor-parallel-size > 1 only `engine` runs: the other ranks keep the engine as it was built.
 
@@ -13,7 +13,8 @@ request past its prefill) are timed, each on its own too (steps_ms, median_step_
 slow host shows as one step). The step is host-bound and moved by up to 1.5x between processes on
 one machine, so --rounds alternates the backends in this one process, and the summary takes each
 backend's median over its rounds, and the ratio of each backend's tokens/s to the next one's in
-the list (graph_over_kernel, kernel_over_torch). --fp8-weights with several settings loads one
+the list (graph_over_kernel, kernel_over_torch). `guided` is `engine` with every request guided by
+--guide (structured output, dsa_backend/guided.py): its grammar masks each step's logits. --fp8-weights with several settings loads one
 engine a setting (an FP8 checkpoint's weights kept in e4m3, or dequantized) and runs each backend
 on each, tagged `<backend>-<setting>` (graph-keep_over_graph-dequantize). A graph run captures its buckets during its
 prefill and warm-up steps, which are not timed. Prints one JSON line; --json writes it to a file too.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import itertools
+import json
 import statistics
 import time
 
@@ -38,6 +40,11 @@ from report import emit
 
 _MAX_TOKENS = 512
 _RUNS = itertools.count()  # request ids and prompts: new for every run
+# A guide no request can finish within the timed steps: JSON records, at least 200 of them
+_GUIDE = {"json": {"type": "array", "minItems": 200, "items": {
+    "type": "object", "required": ["name", "age", "tags"],
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                   "tags": {"type": "array", "items": {"type": "string"}}}}}, "disable_any_whitespace": True}
 
 
 def _sync(engine: Engine) -> None:
@@ -45,8 +52,8 @@ def _sync(engine: Engine) -> None:
         torch.cuda.synchronize()
 
 
-def decode_throughput(engine: Engine, backend, graphs, overlap: bool, batch: int, prompt_len: int, steps: int,
-                      warmup: int, tag: str, repetition_penalty: float = 1.0, temperature: float = 0.0) -> dict:
+def decode_throughput(engine: Engine, backend, graphs, overlap: bool, guide: dict | None, batch: int, prompt_len: int,
+                      steps: int, warmup: int, tag: str, repetition_penalty: float = 1.0, temperature: float = 0.0) -> dict:
     engine.model.backend = backend
     engine.graphs = graphs  # None: eager decode steps
     engine.overlap = overlap and engine.spec is None  # speculative steps read back at once
@@ -56,8 +63,10 @@ def decode_throughput(engine: Engine, backend, graphs, overlap: bool, batch: int
     # Requests prefilled first decode while later ones prefill, so no request may run out of
     # max_tokens inside the timed window: time a fixed number of steps, then abort what is left.
     # sampled requests carry a seed each, as a client that wants reproducible samples sends
-    params = [SamplingParams(max_tokens=_MAX_TOKENS, temperature=temperature, ignore_eos=True,
-                             repetition_penalty=repetition_penalty, seed=i if temperature > 0 else None)
+    # (a guide's end admits EOS, so a guided request cannot ignore it)
+    params = [SamplingParams(max_tokens=_MAX_TOKENS, temperature=temperature, ignore_eos=guide is None,
+                             repetition_penalty=repetition_penalty, seed=i if temperature > 0 else None,
+                             guided_decoding=guide)
               for i in range(batch)]
     ids = [f"{tag}-{run}-{i}" for i in range(batch)]
     for rid, request_params in zip(ids, params):
@@ -101,7 +110,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--kv-cache-dtype", default="fp8")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--backends", default="graph,kernel,torch", help="comma list of graph, graph-sync, kernel, torch")
+    ap.add_argument("--backends", default="graph,kernel,torch",
+                    help="comma list of graph, graph-sync, kernel, torch, engine, guided")
+    ap.add_argument("--guide", default=json.dumps(_GUIDE), help="backend guided: vLLM's guided_decoding object")
     ap.add_argument("--batch-invariant", action="store_true", help="EngineArgs.batch_invariant (patches this process)")
     ap.add_argument("--rounds", type=int, default=1, help="alternate the backends this many times in this process")
     ap.add_argument("--speculative-num-steps", type=int, default=0,
@@ -133,9 +144,10 @@ def main() -> None:
     for setting, engine in engines.items():
         # graph: the model's own backend (None: the kernel backend on CUDA), the one its graphs captured
         # graph-sync: graph with overlap scheduling off (each step reads its tokens back before the next)
-        backends = {"graph": (None, engine.graphs, True), "graph-sync": (None, engine.graphs, False),
-                    "kernel": (KernelDsaBackend(), None, True), "torch": (TorchDsaBackend(), None, True),
-                    "engine": (None, engine.graphs, engine.overlap)}
+        backends = {"graph": (None, engine.graphs, True, None), "graph-sync": (None, engine.graphs, False, None),
+                    "kernel": (KernelDsaBackend(), None, True, None), "torch": (TorchDsaBackend(), None, True, None),
+                    "engine": (None, engine.graphs, engine.overlap, None),
+                    "guided": (None, engine.graphs, engine.overlap, json.loads(a.guide))}
         for tag in backend_tags:
             runners[tag if len(settings) == 1 else f"{tag}-{setting}"] = (engine, *backends[tag])
     tags = list(runners)

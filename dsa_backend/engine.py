@@ -365,6 +365,10 @@ class Engine:
             chunk.seq.num_computed += chunk.num_tokens
         if self.spec is not None:
             return self._speculative_step(self._with_read_drafts(chunks), batch, out)
+        if any(c.seq.matcher is not None and c.seq.pending_rows for c in chunks):
+            # A guide's bitmask follows every token before it. The forward needs none of them on
+            # the host, so they are read back now, while it runs, not before it was launched.
+            outputs += self._read_back(self._take_unread())
         sampled = self._sample(chunks, out)
         previous, self._unread = self._unread, sampled
         outputs += self._read_back(previous)
@@ -382,7 +386,7 @@ class Engine:
         # in Sequence.token_ids.
         unread = [s.params.reads_output and bool(s.pending_rows) for s in seqs]
         rows = [SamplingRow(s.params, s.prompt_ids, s.output_so_far(), s.generator, s.arrival) for s in seqs]
-        # a guided request's earlier tokens are read back (matches_output_on_host): none pending
+        # a guided request's earlier tokens are read back by now (step): none pending
         guides = self.grammars.token_bitmask([(s.matcher, ()) if s.matcher else None for s in seqs])
         sampling = SamplingBatch.build(rows, self.config.vocab_size, self.config.eos_token_ids, self.device,
                                        pending=self._unread.token_ids if any(unread) else None,

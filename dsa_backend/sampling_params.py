@@ -77,9 +77,8 @@ class SamplingParams:
     @property
     def matches_output_on_host(self) -> bool:
         """Whether sampling compares the output's last tokens with something on the host: a bad
-        word of several tokens bans its last one where the output ends with the rest, and a guide's
-        grammar allows what may follow the output."""
-        return self.guided_decoding is not None or any(len(word) > 1 for word in self.bad_words_ids)
+        word of several tokens bans its last one where the output ends with the rest."""
+        return any(len(word) > 1 for word in self.bad_words_ids)
 
     @property
     def reads_output(self) -> bool:

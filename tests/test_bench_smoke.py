@@ -43,16 +43,18 @@ def test_the_engine_benchmark_alternates_backends_in_rounds_on_the_cpu(tmp_path,
     out = tmp_path / "engine.json"
     run = subprocess.run([sys.executable, str(script), "--model", str(checkpoint("deepseek_v32")), "--device", "cpu",
                           "--batch", "2", "--prompt-len", "40", "--steps", "2", "--rounds", "2",
-                          "--backends", "kernel,torch",
+                          "--backends", "kernel,torch,guided",
                           "--kv-cache-dtype", "auto", "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     res = json.loads(out.read_text())
-    assert [(r["backend"], r["round"]) for r in res["runs"]] == [("kernel", 0), ("torch", 0), ("kernel", 1),
-                                                                 ("torch", 1)]
+    assert [(r["backend"], r["round"]) for r in res["runs"]] == [
+        ("kernel", 0), ("torch", 0), ("guided", 0), ("kernel", 1), ("torch", 1), ("guided", 1)]
     for tag in ("kernel", "torch"):
         steps = sorted(r["median_step_ms"] for r in res["runs"] if r["backend"] == tag)
         assert res["median_over_rounds"][tag]["median_step_ms"] == (steps[0] + steps[1]) / 2
     assert res["kernel_over_torch"] > 0
+    # the default guide's records outlast the timed steps: every guided request decodes in each
+    assert all(r["tokens"] == 2 * 2 for r in res["runs"] if r["backend"] == "guided")
 
 
 def test_the_engine_benchmark_times_two_tensor_parallel_ranks_as_built(tmp_path, checkpoint):

@@ -15,6 +15,7 @@ from dsa_backend.guided import Grammars, Guide, allowed_tokens
 from dsa_backend.sampling import SamplingBatch, SamplingRow, process_logits
 from dsa_backend.sampling_params import SamplingParams
 from dsa_backend.tokenizer import Tokenizer
+from dsa_backend.transfer import HostCopy
 from test_engine import run_all
 from dsa_backend.spec.drafter import ChainDrafts
 from dsa_backend.spec.tree import DraftTree
@@ -224,6 +225,22 @@ def test_tree_drafts_around_the_guided_output_accept_its_path_and_refuse_the_dec
     assert {rid: o.num_accepted_draft_tokens for rid, o in finals.items()} == offered
 
 
+def test_an_overlapped_guided_step_launches_its_forward_before_it_reads_the_last_tokens_back(path, monkeypatch):
+    engine = make_engine(path)
+    assert engine.overlap
+    events = []
+    model_call, wait = type(engine.model).__call__, HostCopy.wait
+    monkeypatch.setattr(type(engine.model), "__call__", lambda m, *a: (events.append("forward"), model_call(m, *a))[1])
+    monkeypatch.setattr(HostCopy, "wait", lambda copy: (events.append("read"), wait(copy))[1])
+    engine.add_request("g", PROMPTS[0], guided(regex="[a-z]{40}"))
+    while engine.has_work():
+        events.append("step")
+        engine.step()
+    steps = " ".join(events).split("step")
+    assert sum(s.split() == ["forward", "read"] for s in steps) >= 5
+    assert not any(s.split() == ["read", "forward"] for s in steps)
+
+
 def test_sampled_guided_requests_under_tree_speculation_match_their_guides(path, tokenizer):
     engine = make_engine(path, speculative_algorithm="eagle", speculative_num_steps=2, speculative_eagle_topk=2)
     requests = {f"s{i}": (PROMPTS[i], guided(temperature=1.0, json=SCHEMA, disable_any_whitespace=True))
@@ -251,4 +268,27 @@ def test_a_guide_whose_every_allowed_token_is_banned_ends_its_request_with_an_er
     run_all(engine, {"r": (PROMPTS[0], params), "other": (PROMPTS[1], guided(regex="(ab|cd)"))})
     assert finals["r"].finish_reason == "error" and "breaks the guide" in finals["r"].error
     assert finals["other"].finish_reason == "stop"
+    assert engine.scheduler.pages.num_available == engine.num_kv_pages
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("engine_args", [{}, dict(speculative_algorithm="mtp", speculative_num_steps=2)],
+                         ids=["graphs-overlap", "mtp-chain-graphs"])
+def test_guided_requests_on_the_gpu_match_their_guides_beside_unguided_ones(checkpoint, tokenizer, engine_args):
+    """bf16 with CUDA graphs (decode, or a chain's verify) and overlap scheduling; the bitmasks go to
+    the GPU and mask logits there. Unguided requests share the batches."""
+    engine = Engine(EngineArgs(model=str(checkpoint("deepseek_v32")), device="cuda", page_size=64,
+                               num_kv_pages=64, **engine_args))
+    assert engine.graphs is not None
+    finals = record_finished(engine)
+    requests = {f"schema{i}": (PROMPTS[i], guided(temperature=0.7 * (i % 2), json=SCHEMA, disable_any_whitespace=True))
+                for i in range(4)}
+    requests |= {f"email{i}": (PROMPTS[i], guided(temperature=1.0, regex=EMAIL)) for i in range(4)}
+    requests |= {f"plain{i}": (PROMPTS[i], SamplingParams(max_tokens=32, temperature=0, ignore_eos=True))
+                 for i in range(4)}
+    got = texts(tokenizer, run_all(engine, requests))
+    for i in range(4):
+        check_schema(got[f"schema{i}"])
+        assert re.fullmatch(EMAIL, got[f"email{i}"])
+        assert finals[f"plain{i}"].num_output_tokens == 32
     assert engine.scheduler.pages.num_available == engine.num_kv_pages
