@@ -89,11 +89,6 @@ class Grammars:
         return _tokenizer_info(self.model_dir, self.vocab_size)
 
     @functools.cached_property
-    def _batch(self):
-        """Fills many matchers' rows in C++ threads (half the host's cores), without the GIL."""
-        return _xgrammar().BatchGrammarMatcher()
-
-    @functools.cached_property
     def _special(self) -> frozenset[int]:
         """Ids no grammar takes but as a stop token: special tokens and the model's padding ids."""
         return frozenset(self._info.special_token_ids)
@@ -130,16 +125,13 @@ class Grammars:
         row (None), or one whose path the grammar refuses (a node never accepted), allows every token."""
         if all(row is None for row in rows):
             return None
+        # One row at a time: xgrammar's BatchGrammarMatcher on 4 or 8 threads made an H200 host's
+        # decode steps slower, not faster (docs/PERFORMANCE.md, "Guided decoding").
         bitmask = _xgrammar().allocate_token_bitmask(len(rows), self.vocab_size)  # every bit set
-        at_end = []   # (row, matcher) filled at the matcher's own state: all at once, on threads
         for i, row in enumerate(rows):
             if row is None:
                 continue
             matcher, path = row
-            if not path:
-                if not matcher.is_terminated():
-                    at_end.append((i, matcher))
-                continue
             taken = 0
             for token in path:
                 # a draft may be any id; xgrammar logs a warning for each special one it refuses
@@ -150,8 +142,6 @@ class Grammars:
                 matcher.fill_next_token_bitmask(bitmask, i)
             if taken:
                 matcher.rollback(taken)
-        if at_end:
-            self._batch.batch_fill_next_token_bitmask([m for _, m in at_end], bitmask, [i for i, _ in at_end])
         return bitmask
 
 
