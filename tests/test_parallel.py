@@ -125,11 +125,14 @@ def run_all(engine: Engine, requests: dict[str, tuple[list[int], SamplingParams]
                       "speculative_num_draft_tokens": 4}),
 ])
 def test_two_ranks_give_the_tokens_of_one(checkpoint, name, settings):
-    """Greedy and seeded sampled requests batched together, prefill in chunks, then decode (or
-    MTP drafting and verify: a chain, and a tree whose accepted path moves in both pools)."""
+    """Greedy, seeded sampled and guided requests batched together, prefill in chunks, then decode
+    (or MTP drafting and verify: a chain, and a tree whose accepted path moves in both pools).
+    Every rank keeps the guided request's own matcher."""
     prompts = random_prompts([5, 40, 23])
     sampled = SamplingParams(max_tokens=8, temperature=1.0, top_p=0.9, seed=7, ignore_eos=True)
-    requests = {"a": (prompts[0], GREEDY), "b": (prompts[1], GREEDY), "c": (prompts[2], sampled)}
+    guided = SamplingParams(max_tokens=8, temperature=1.0, seed=3, guided_decoding={"regex": "[a-z]{80}"})
+    requests = {"a": (prompts[0], GREEDY), "b": (prompts[1], GREEDY), "c": (prompts[2], sampled),
+                "d": (prompts[1], guided)}
     results = []
     for size in (1, 2):
         engine = Engine(engine_args(checkpoint(name), max_num_batched_tokens=32, tensor_parallel_size=size,

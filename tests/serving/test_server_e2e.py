@@ -119,6 +119,16 @@ def test_tensorrtllm_guide_tensors_give_text_that_matches_the_regex(served, offl
     assert c.text == offline.text
 
 
+def test_the_stream_cli_sends_a_guide_read_from_a_file(served, tmp_path, capsys):
+    from dsa_client import stream
+
+    (tmp_path / "guide.txt").write_text("(north|south) [0-9]{2}", encoding="utf-8")
+    assert stream.main(["--url", served.grpc_url, "--max-tokens", "12", "--guide-type", "regex",
+                        "--guide", f"@{tmp_path / 'guide.txt'}", "Go"]) == 0
+    text = capsys.readouterr().out.strip()
+    assert re.fullmatch("(north|south) [0-9]{2}", text), text
+
+
 def test_vllm_guided_decoding_in_sampling_parameters_picks_one_of_the_choices(served):
     choices = ["alpha", "beta", "gamma delta"]
     params = json.dumps({"temperature": 1.0, "seed": 3, "guided_decoding": {"choice": choices}})
