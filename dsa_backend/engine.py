@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
 
 import torch
@@ -238,6 +239,8 @@ class Engine:
             if self.drafter and self.drafter.graphs:
                 self.drafter.graphs.capture_all()
         self.sequences: dict[str, Sequence] = {}
+        # Guided requests whose grammars compile (Grammars.compile): queued once compiled
+        self._compiling: dict[str, Future] = {}
         self._arrivals = itertools.count()
         # Overlap scheduling (docs/ENGINE.md): the last step's tokens, read back during the next step
         self.overlap = args.overlap_schedule and not self.spec
@@ -322,13 +325,15 @@ class Engine:
         if request_id in self.sequences:
             raise ValueError(f"request_id {request_id!r} is already in flight")
         self.limits.validate(prompt_ids, params)
-        matcher = (self.grammars.matcher(params.guided_decoding, {*self.config.eos_token_ids, *params.stop_token_ids})
-                   if params.guided_decoding else None)
         self._repeat("add_request", request_id, prompt_ids, params)
         seq = Sequence(request_id, list(prompt_ids), params, next(self._arrivals),
-                       generator=make_generator(params.seed, self.device), matcher=matcher)
+                       generator=make_generator(params.seed, self.device))
         self.sequences[request_id] = seq
-        self.scheduler.add(seq)
+        if params.guided_decoding:
+            stops = {*self.config.eos_token_ids, *params.stop_token_ids}
+            self._compiling[request_id] = self.grammars.compile(params.guided_decoding, stops)
+        else:
+            self.scheduler.add(seq)
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """End a request now and free its pages; None if it is not in flight."""
@@ -336,25 +341,32 @@ class Engine:
         seq = self.sequences.pop(request_id, None)
         if seq is None:
             return None
+        self._compiling.pop(request_id, None)
         self.scheduler.finish(seq, "abort")
         return self._output(seq, [], [])
 
     def has_work(self) -> bool:
-        return self.scheduler.has_work() or (self._unread is not None
+        return self.scheduler.has_work() or bool(self._compiling) or (self._unread is not None
                                              and any(not s.is_finished for s in self._unread.seqs))
 
     @torch.inference_mode()
-    def step(self) -> list[RequestOutput]:
+    def step(self, compiled: list[str] | None = None) -> list[RequestOutput]:
         """Run one step. With overlap scheduling it returns the previous step's tokens, read back
-        while this step's forward runs on the GPU."""
-        self._repeat("step")
-        outputs = []
+        while this step's forward runs on the GPU. `compiled`: the guided requests to queue now,
+        given by rank 0 to the other tensor-parallel ranks (which wait for their own compiles),
+        so that every rank queues them at the same step; None: those whose grammars are ready."""
+        if compiled is None:
+            compiled = [rid for rid, grammar in self._compiling.items() if grammar.done()]
+        self._repeat("step", compiled)
+        outputs = self._queue_compiled(compiled)
         if self._unread is not None and any(s.params.matches_output_on_host and not s.is_finished
                                             for s in self._unread.seqs):
             # this step's bans depend on those tokens' values (bad words of several tokens)
             outputs = self._read_back(self._take_unread())
         chunks = self.scheduler.schedule()
         if not chunks:
+            if self._compiling:  # nothing to run until a grammar is ready: wait for one, briefly
+                wait(self._compiling.values(), timeout=0.01, return_when=FIRST_COMPLETED)
             return outputs + self._read_back(self._take_unread())
         batch = self._forward_batch(chunks)
         if self.graphs is not None and self.graphs.serves(batch):
@@ -374,6 +386,23 @@ class Engine:
         outputs += self._read_back(previous)
         if not self.overlap:
             outputs += self._read_back(self._take_unread())
+        return outputs
+
+    def _queue_compiled(self, request_ids: list[str]) -> list[RequestOutput]:
+        """Queue guided requests with their compiled grammars; a guide that did not compile ends
+        its request with finish_reason "error" and the compiler's message."""
+        outputs = []
+        for rid in request_ids:
+            seq = self.sequences[rid]
+            try:
+                seq.matcher = self._compiling.pop(rid).result()
+            except ValueError as e:
+                seq.error = str(e)
+                self.scheduler.finish(seq, "error")
+                del self.sequences[rid]
+                outputs.append(self._output(seq, [], []))
+            else:
+                self.scheduler.add(seq)
         return outputs
 
     def _sample(self, chunks: list[ScheduledChunk], out: ForwardOutput) -> _SampledStep | None:
@@ -621,7 +650,7 @@ class Engine:
 
     def stats(self) -> dict[str, float]:
         pages = self.scheduler.pages
-        return {"running": len(self.scheduler.running), "waiting": len(self.scheduler.waiting),
+        return {"running": len(self.scheduler.running), "waiting": len(self.scheduler.waiting) + len(self._compiling),
                 # cached pages no request holds are free: an allocation evicts them
                 "kv_pages_total": pages.allocator.num_pages - self.num_held_pages, "kv_pages_free": pages.num_available,
                 "kv_pages_cached": pages.num_cached, "prefix_cache_hit_tokens": self.scheduler.num_cached_tokens,

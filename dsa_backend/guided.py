@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Collection, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,8 +75,8 @@ class Guide:
 
 
 class Grammars:
-    """Compiles guides for one checkpoint's vocabulary and makes each request's matcher. The
-    tokenizer's vocabulary is read and indexed on the first guide (about a second), not at start."""
+    """Compiles guides for one checkpoint's vocabulary and makes each request's matcher, on a thread
+    of its own. The tokenizer's vocabulary is read and indexed on the first guide, not at start."""
 
     def __init__(self, model_dir: str, vocab_size: int):
         self.model_dir, self.vocab_size = model_dir, vocab_size
@@ -92,6 +93,16 @@ class Grammars:
     def _special(self) -> frozenset[int]:
         """Ids no grammar takes but as a stop token: special tokens and the model's padding ids."""
         return frozenset(self._info.special_token_ids)
+
+    def compile(self, guide: Guide, stop_token_ids: Collection[int]) -> Future:
+        """matcher() on the compile thread. A new guide's compile (30-90 ms on the H200 machine's
+        host) and the first guide's import and vocabulary index (4-6 s there) would hold every
+        request's steps if the engine's thread did them."""
+        return self._thread.submit(self.matcher, guide, stop_token_ids)
+
+    @functools.cached_property
+    def _thread(self) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(1, thread_name_prefix="dsa-grammar")
 
     def matcher(self, guide: Guide, stop_token_ids: Collection[int]):
         """A matcher at the start of `guide`'s grammar, whose end admits `stop_token_ids`;

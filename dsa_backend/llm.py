@@ -20,6 +20,7 @@ class CompletionOutput:
     cumulative_logprob: float | None
     logprobs: list[float] | None
     num_cached_tokens: int = 0        # prompt tokens found in the prefix cache, not computed
+    error: str | None = None          # why, when finish_reason is "error" (a guide that did not compile)
 
 
 class LLM:
@@ -76,5 +77,5 @@ class LLM:
                 prompt_token_ids=prompt, token_ids=[t for o in steps for t in o.new_token_ids],
                 text=detok[rid].text, finish_reason=finished[rid],
                 cumulative_logprob=steps[-1].cumulative_logprob, logprobs=logprobs,
-                num_cached_tokens=steps[-1].num_cached_tokens))
+                num_cached_tokens=steps[-1].num_cached_tokens, error=steps[-1].error))
         return results

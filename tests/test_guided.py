@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 
 import pytest
 import torch
@@ -249,14 +250,39 @@ def test_sampled_guided_requests_under_tree_speculation_match_their_guides(path,
         check_schema(text)
 
 
-def test_a_guide_that_does_not_compile_is_refused_at_submit_and_the_engine_keeps_serving(path):
+def test_a_guide_that_does_not_compile_ends_its_request_with_the_compilers_message(path):
     engine = make_engine(path)
-    with pytest.raises(ValueError, match="guided decoding: the regex does not compile"):
-        engine.add_request("bad", PROMPTS[0], guided(regex="[a-z"))
-    with pytest.raises(ValueError, match="guided decoding: the ebnf_grammar does not compile"):
-        engine.add_request("bad", PROMPTS[0], guided(grammar="root ::= undefined_rule"))
-    assert "bad" not in engine.sequences
-    assert run_all(engine, {"ok": (PROMPTS[0], guided(regex="(ab|cd)"))})["ok"]
+    finals = record_finished(engine)
+    got = run_all(engine, {"regex": (PROMPTS[0], guided(regex="[a-z")),
+                           "ebnf": (PROMPTS[1], guided(grammar="root ::= undefined_rule")),
+                           "ok": (PROMPTS[2], guided(regex="(ab|cd)"))})
+    for rid, kind in (("regex", "regex"), ("ebnf", "ebnf_grammar")):
+        assert finals[rid].finish_reason == "error" and got[rid] == []
+        assert finals[rid].error.startswith(f"guided decoding: the {kind} does not compile")
+    assert finals["ok"].finish_reason == "stop" and got["ok"]
+    assert not engine.sequences and engine.scheduler.pages.num_available == engine.num_kv_pages
+
+
+def test_a_guided_request_waits_for_its_grammar_off_the_engines_thread(path, monkeypatch):
+    """Compiles run on the grammar thread: steps go on for the other requests meanwhile, and an
+    abort of a request still compiling ends it there."""
+    engine = make_engine(path)
+    release = threading.Event()
+    matcher = engine.grammars.matcher
+    monkeypatch.setattr(engine.grammars, "matcher", lambda *a: (release.wait(30), matcher(*a))[1])
+    engine.add_request("plain", PROMPTS[0], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
+    engine.add_request("guided", PROMPTS[1], guided(regex="(ab|cd)"))
+    engine.add_request("aborted", PROMPTS[2], guided(regex="x"))
+    plain = []
+    while len(plain) < 4:
+        plain += [t for o in engine.step() if o.request_id == "plain" for t in o.new_token_ids]
+    assert engine.stats()["waiting"] == 2 and "guided" not in [s.request_id for s in engine.scheduler.running]
+    assert engine.abort("aborted").finish_reason == "abort"
+    release.set()
+    finals = record_finished(engine)
+    while engine.has_work():
+        engine.step()
+    assert set(finals) == {"guided"} and finals["guided"].finish_reason == "stop"
 
 
 def test_a_guide_whose_every_allowed_token_is_banned_ends_its_request_with_an_error(path, tokenizer, grammars):

@@ -236,6 +236,30 @@ def test_a_seeded_request_samples_the_same_tokens_whichever_way_its_chains_are_j
     assert runs[0] == runs[1] and len(runs[0]) == 24
 
 
+@pytest.mark.parametrize("spec", [dict(speculative_algorithm="mtp", speculative_num_steps=2),
+                                  dict(speculative_algorithm="eagle", speculative_num_steps=2, speculative_eagle_topk=2)],
+                         ids=["chain", "tree"])
+def test_a_seeded_request_samples_the_same_tokens_alone_and_beside_other_requests(checkpoint, spec):
+    # Beside others its first token is judged among their verifies (or prefills), whose trees
+    # are deeper than its own: it still draws only its own tree's uniforms, so its numbers, and
+    # its tokens, are those it gets alone. With no drafts it draws none, as plain sampling.
+    params = SamplingParams(max_tokens=12, temperature=1.0, seed=5, ignore_eos=True)
+    alone = run_all(engine(checkpoint("deepseek_v32"), 16, **spec), {"s": (PROMPTS[2], params)})["s"]
+    # sampled too, so that they are judged with it (greedy ones are judged apart, on the host)
+    others = {f"o{i}": (PROMPTS[i], SamplingParams(max_tokens=40, temperature=1.0, ignore_eos=True)) for i in (0, 4, 7)}
+    e = engine(checkpoint("deepseek_v32"), 16, **spec)
+    for rid, (prompt, p) in others.items():
+        e.add_request(rid, prompt, p)
+    e.step()                                        # the others' first tokens and drafts
+    e.add_request("s", PROMPTS[2], params)
+    beside = []
+    while e.has_work():
+        beside += [t for out in e.step() if out.request_id == "s" for t in out.new_token_ids]
+    assert beside == alone and len(alone) == 12
+    plain = run_all(engine(checkpoint("deepseek_v32"), 16), {"s": (PROMPTS[2], params)})["s"]
+    assert alone[0] == plain[0]
+
+
 def test_cancelling_mid_speculation_frees_every_page_drafts_included(checkpoint):
     e = engine(checkpoint("deepseek_v32"), 16, speculative_algorithm="mtp", speculative_num_steps=4)
     e.add_request("a", PROMPTS[3], SamplingParams(max_tokens=200, temperature=0, ignore_eos=True))

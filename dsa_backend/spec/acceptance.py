@@ -42,10 +42,14 @@ def accept_greedy(argmax: Sequence[int], tree: DraftTree) -> tuple[list[int], li
 
 
 def draw_for_judging(requests: int, tries: tuple[int, ...], vocab: int, generators: Sequence[torch.Generator | None],
-                     default: torch.Generator | None, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+                     default: torch.Generator | None, device: torch.device,
+                     own_tries: Sequence[tuple[int, ...]] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The randomness a judge takes: for each request uniforms of shape `tries` (one a draft that
     may be tried), then `vocab` exponentials, from its own generator where it has one (a seeded
-    request), else from `default`. A chain of k drafts draws k uniforms whichever judge takes it."""
+    request), else from `default`. A seeded request draws only the uniforms of its own tree's
+    shape (own_tries[i]; `tries` when not given), at the front of its slab, so its numbers do not
+    depend on the rest of the batch: a chain of k drafts draws k uniforms, and a request without
+    drafts none, whichever judge takes it and whatever trees it is judged beside."""
     uniforms = torch.empty(requests, *tries, device=device)
     races = torch.empty(requests, vocab, device=device)
     if any(g is None for g in generators):
@@ -53,7 +57,9 @@ def draw_for_judging(requests: int, tries: tuple[int, ...], vocab: int, generato
         races.exponential_(generator=default)
     for i, generator in enumerate(generators):
         if generator is not None:
-            uniforms[i].uniform_(generator=generator)
+            shape = own_tries[i] if own_tries is not None else tries
+            uniforms[i][tuple(slice(0, n) for n in shape)] = torch.empty(shape, device=device).uniform_(
+                generator=generator)
             races[i].exponential_(generator=generator)
     return uniforms, races
 
@@ -130,7 +136,9 @@ def judge_trees_now(probs: torch.Tensor, trees: Sequence[DraftTree], first_rows:
     children = [[list(kids) + [-1] * (width - len(kids)) for kids in t.children] + [[-1] * width] * (nodes - t.num_nodes)
                 for t in trees]
     node_tokens = [[0, *t.tokens] + [0] * (nodes - t.num_nodes) for t in trees]
-    draws = draw_for_judging(len(trees), (depth, width), probs.shape[1], generators, default, device)
+    draws = draw_for_judging(len(trees), (depth, width), probs.shape[1], generators, default, device,
+                             own_tries=[(max(len(p) - 1 for p in t.ancestors), max(map(len, t.children)))
+                                        for t in trees])
     # every row in order (trees of one size, nothing else in the batch): no copy of [rows, vocab]
     picked = probs if rows == list(range(probs.shape[0])) else probs[to_device(torch.tensor(rows), device)]
     path, token = judge_trees(picked.view(len(trees), nodes, -1),
