@@ -36,7 +36,7 @@ def guided(max_tokens=48, temperature=0.0, **guide) -> SamplingParams:
 
 
 def make_engine(path, **kw) -> Engine:
-    return Engine(EngineArgs(model=str(path), device="cpu", dtype="float32", page_size=16, num_kv_pages=128, **kw))
+    return Engine(EngineArgs(model=str(path), device="cpu", dtype="float32", page_size=16, **{"num_kv_pages": 128, **kw}))
 
 
 def texts(tokenizer: Tokenizer, tokens: dict[str, list[int]]) -> dict[str, str]:
@@ -240,6 +240,19 @@ def test_an_overlapped_guided_step_launches_its_forward_before_it_reads_the_last
     steps = " ".join(events).split("step")
     assert sum(s.split() == ["forward", "read"] for s in steps) >= 5
     assert not any(s.split() == ["read", "forward"] for s in steps)
+
+
+def test_retracted_guided_requests_resume_where_their_grammar_stood(path, tokenizer):
+    # A pool of 6 pages of 16 for six ~35-token prompts growing past 55: retractions recompute the
+    # prompt and the output so far, and the matcher, which followed the output, is left as it was.
+    prompts = random_prompts([30, 40, 35, 45, 38, 33], seed=45)
+    requests = {f"r{i}": (p, guided(max_tokens=24, regex="[a-z]+( [a-z]+)*")) for i, p in enumerate(prompts)}
+    small = make_engine(path, num_kv_pages=6)
+    got = run_all(small, requests)
+    assert small.scheduler.num_retractions > 0 and small.scheduler.pages.num_available == 6
+    assert got == run_all(make_engine(path), requests)
+    for text in texts(tokenizer, got).values():
+        assert re.fullmatch("[a-z]+( [a-z]+)*", text)
 
 
 def test_sampled_guided_requests_under_tree_speculation_match_their_guides(path, tokenizer):
