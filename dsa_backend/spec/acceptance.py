@@ -129,16 +129,16 @@ def judge_trees_now(probs: torch.Tensor, trees: Sequence[DraftTree], first_rows:
     """judge_trees for trees whose node rows start at first_rows in probs [rows, vocab], read back
     at once -> (accepted node ids, root excluded; emitted tokens: theirs, then the drawn one) each."""
     nodes = max(t.num_nodes for t in trees)
-    depth = max(len(path) - 1 for t in trees for path in t.ancestors)
-    width = max(len(kids) for t in trees for kids in t.children)
+    # each tree's (most drafts on a path, most children of a node); the batch's is their largest
+    shapes = [(max(len(path) - 1 for path in t.ancestors), max(map(len, t.children))) for t in trees]
+    depth, width = max(d for d, _ in shapes), max(w for _, w in shapes)
     device = probs.device
     rows = [first + min(node, t.num_nodes - 1) for first, t in zip(first_rows, trees) for node in range(nodes)]
     children = [[list(kids) + [-1] * (width - len(kids)) for kids in t.children] + [[-1] * width] * (nodes - t.num_nodes)
                 for t in trees]
     node_tokens = [[0, *t.tokens] + [0] * (nodes - t.num_nodes) for t in trees]
     draws = draw_for_judging(len(trees), (depth, width), probs.shape[1], generators, default, device,
-                             own_tries=[(max(len(p) - 1 for p in t.ancestors), max(map(len, t.children)))
-                                        for t in trees])
+                             own_tries=shapes)
     # every row in order (trees of one size, nothing else in the batch): no copy of [rows, vocab]
     picked = probs if rows == list(range(probs.shape[0])) else probs[to_device(torch.tensor(rows), device)]
     path, token = judge_trees(picked.view(len(trees), nodes, -1),
