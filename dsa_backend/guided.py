@@ -157,9 +157,11 @@ class Grammars:
 
 
 def allowed_tokens(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """The bitmask unpacked to [rows, vocab_size] bool, on the bitmask's device."""
-    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
-    bits = (bitmask.unsqueeze(-1) >> shifts) & 1
+    """The bitmask unpacked to [rows, vocab_size] bool, on the bitmask's device. Unpacked by bytes:
+    little-endian (x86, CUDA), byte b of word w holds tokens 32w + 8b .. 32w + 8b + 7, and the
+    intermediate is one byte a token, not the four of shifting whole words."""
+    shifts = torch.arange(8, dtype=torch.uint8, device=bitmask.device)
+    bits = (bitmask.view(torch.uint8).unsqueeze(-1) >> shifts) & 1
     return bits.view(bitmask.shape[0], -1)[:, :vocab_size].bool()
 
 
