@@ -150,6 +150,9 @@ class RequestLimits:
         if any(not 0 <= t < self.vocab_size for t in prompt_ids):
             raise ValueError(f"prompt token ids must be in [0, {self.vocab_size})")
         check_vocab(params, self.vocab_size)
+        if params.n != 1:
+            raise ValueError(f"n={params.n}: the engine runs one sample a request; submit each of "
+                             "SamplingParams.samples() as a request (LLM.generate and dsa_llm do)")
         if len(prompt_ids) >= self.max_model_len:
             raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the model's context is "
                              f"{self.max_model_len} (max_model_len), which leaves no room to generate")

@@ -21,6 +21,7 @@ class CompletionOutput:
     logprobs: list[float] | None
     num_cached_tokens: int = 0        # prompt tokens found in the prefix cache, not computed
     error: str | None = None          # why, when finish_reason is "error" (a guide that did not compile)
+    index: int = 0                    # which of its prompt's n samples (SamplingParams.n)
 
 
 class LLM:
@@ -44,7 +45,8 @@ class LLM:
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None
                  ) -> list[CompletionOutput]:
-        """prompts: a string, a list of token ids, or a list of either. One output per prompt, in order."""
+        """prompts: a string, a list of token ids, or a list of either. One output per prompt, in
+        order; n of them for a prompt sampled n times (SamplingParams.n), by index."""
         if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         params = sampling_params or SamplingParams()
@@ -52,15 +54,19 @@ class LLM:
         if len(params) != len(prompts):
             raise ValueError(f"got {len(params)} sampling_params for {len(prompts)} prompts")
         ids = [self.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
-        request_ids = [f"llm-{self._next_id + i}" for i in range(len(ids))]
-        self._next_id += len(ids)
-        outputs: dict[str, list] = {r: [] for r in request_ids}
-        detok = {r: IncrementalDetokenizer(self.tokenizer, p.stop, p.include_stop_str_in_output,
-                                           p.skip_special_tokens) for r, p in zip(request_ids, params)}
-        for rid, prompt, p in zip(request_ids, ids, params):
+        # (request id, prompt, the sample's params, its index), prompt by prompt
+        requests = []
+        for prompt, p in zip(ids, params):
+            for index, sample in enumerate(p.samples()):
+                requests.append((f"llm-{self._next_id}", prompt, sample, index))
+                self._next_id += 1
+        outputs: dict[str, list] = {r[0]: [] for r in requests}
+        detok = {rid: IncrementalDetokenizer(self.tokenizer, p.stop, p.include_stop_str_in_output,
+                                             p.skip_special_tokens) for rid, _, p, _ in requests}
+        for rid, prompt, p, _ in requests:
             self.engine.add_request(rid, prompt, p)
         finished: dict[str, str] = {}
-        while len(finished) < len(request_ids):
+        while len(finished) < len(requests):
             for out in self.engine.step():
                 outputs[out.request_id].append(out)
                 detok[out.request_id].add(out.new_token_ids, out.finished)
@@ -70,12 +76,12 @@ class LLM:
                     self.engine.abort(out.request_id)
                     finished[out.request_id] = "stop"
         results = []
-        for rid, prompt, p in zip(request_ids, ids, params):
+        for rid, prompt, p, index in requests:
             steps = outputs[rid]
             logprobs = [lp for o in steps for lp in (o.new_logprobs or [])] if p.logprobs else None
             results.append(CompletionOutput(
                 prompt_token_ids=prompt, token_ids=[t for o in steps for t in o.new_token_ids],
                 text=detok[rid].text, finish_reason=finished[rid],
                 cumulative_logprob=steps[-1].cumulative_logprob, logprobs=logprobs,
-                num_cached_tokens=steps[-1].num_cached_tokens, error=steps[-1].error))
+                num_cached_tokens=steps[-1].num_cached_tokens, error=steps[-1].error, index=index))
         return results

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dsa_backend.guided import Guide
+
+MAX_SAMPLES = 256   # n: a bound on how many requests one request may become
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     guided_decoding: Guide | None = None    # structured output (guided.py); vLLM's dict is taken too
+    n: int = 1                              # samples of the prompt, each a request of its own (samples())
 
     def __post_init__(self) -> None:
         # Accept lists from callers (JSON, tritonclient) but keep the dataclass hashable-ish.
@@ -59,6 +62,8 @@ class SamplingParams:
                f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}")
         _check(isinstance(self.min_tokens, int) and 0 <= self.min_tokens <= self.max_tokens,
                f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens!r}")
+        _check(isinstance(self.n, int) and 1 <= self.n <= MAX_SAMPLES,
+               f"n must be an integer in [1, {MAX_SAMPLES}], got {self.n!r}")
         _check(self.seed is None or isinstance(self.seed, int),
                f"seed must be an integer, got {self.seed!r}")
         _check(all(isinstance(s, str) and s for s in self.stop),
@@ -69,6 +74,12 @@ class SamplingParams:
         _check(self.guided_decoding is None or (self.min_tokens == 0 and not self.ignore_eos),
                "min_tokens and ignore_eos cannot be combined with guided decoding: the guide decides "
                "where the output ends")
+
+    def samples(self) -> list[SamplingParams]:
+        """The parameters of each of the n samples, n = 1 each. They run as requests of their own,
+        and the scheduler has them compute the prompt once (scheduler.py). A seeded request's
+        sample i draws from seed + i, so that the samples differ and each can be reproduced."""
+        return [replace(self, n=1, seed=None if self.seed is None else self.seed + i) for i in range(self.n)]
 
     @property
     def greedy(self) -> bool:

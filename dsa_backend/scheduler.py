@@ -11,6 +11,10 @@ pages like real tokens, and are dropped (decode goes on without them) when the b
 With prefix caching, an admitted request starts after the longest run of whole pages of its
 tokens that is cached (cache/prefix_cache.py), and every page a running request fills is cached
 as soon as its tokens are known; cached pages nobody holds count as free and are evicted on demand.
+A waiting request whose prompt's next pages are being computed by a running request (the n
+samples of one prompt, a burst of requests behind one long system prompt) waits for them to be
+cached instead of computing them a second time, when they are at least half of what it has left
+to compute; it does not block the requests behind it.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_retractions = 0
         self.num_cached_tokens = 0  # prompt (and recomputed output) tokens found in the cache at admission
+        self._computing: dict[bytes, Sequence] = {}  # page key -> the running request computing it
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -81,23 +86,31 @@ class Scheduler:
                 continue
             chunks.append(chunk)
             budget -= n + chunk.num_drafts
+        deferred = []    # waiting for their pages to be computed by running requests
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
-            seq = self.waiting[0]
+            seq = self.waiting.popleft()
             self._match_prefix(seq)
-            n = min(seq.num_uncomputed, budget)
-            if pages_needed(seq.num_computed + n, self.page_size) - len(seq.pages) > self.pages.num_available:
+            if self._computed_by_others(seq):
                 self._release(seq)  # hold no pages while waiting
                 seq.num_computed = 0
+                deferred.append(seq)
+                continue
+            n = min(seq.num_uncomputed, budget)
+            if pages_needed(seq.num_computed + n, self.page_size) - len(seq.pages) > self.pages.num_available:
+                self._release(seq)
+                seq.num_computed = 0
+                self.waiting.appendleft(seq)
                 break
             self.num_cached_tokens += seq.num_computed
             if seq.num_cached_tokens is None:
                 seq.num_cached_tokens = seq.num_computed
-            self.waiting.popleft()
             self._grow(seq, seq.num_computed + n, protect=set())
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
+            self._claim_pages(seq)
             chunks.append(ScheduledChunk(seq, seq.num_computed, n))
             budget -= n
+        self.waiting.extendleft(reversed(deferred))
         return chunks
 
     def reserve(self, seq: Sequence, num_tokens: int) -> bool:
@@ -152,6 +165,25 @@ class Scheduler:
         seq.num_held_pages = len(seq.pages)
         seq.num_computed = seq.num_held_pages * self.page_size
 
+    def _computed_by_others(self, seq: Sequence) -> bool:
+        """Whether the pages right after seq's cached prefix are being computed by running
+        requests, and they are at least half of what seq has left to compute."""
+        if not self.pages.enabled:
+            return False
+        shared = 0
+        for key in seq.page_keys[seq.num_held_pages:self._known_pages(seq, seq.num_tokens - 1)]:
+            owner = self._computing.get(key)
+            if owner is None or owner is seq or owner.status is not SequenceStatus.RUNNING:
+                break
+            shared += 1
+        return shared > 0 and 2 * shared * self.page_size >= seq.num_uncomputed
+
+    def _claim_pages(self, seq: Sequence) -> None:
+        """Note the whole pages of known tokens a newly running request is about to compute."""
+        if self.pages.enabled:
+            for key in seq.page_keys[seq.num_held_pages:self._known_pages(seq, seq.num_tokens)]:
+                self._computing.setdefault(key, seq)
+
     def _cache_full_pages(self, seq: Sequence) -> None:
         """Cache the request's pages whose every token has its KV written."""
         full = self._known_pages(seq, seq.num_computed)
@@ -171,6 +203,9 @@ class Scheduler:
     def _release(self, seq: Sequence) -> None:
         if self.pages.enabled and seq.status is SequenceStatus.RUNNING:
             self._cache_full_pages(seq)
+            for key in seq.page_keys:
+                if self._computing.get(key) is seq:
+                    del self._computing[key]
         self.pages.release(seq.pages, seq.num_held_pages)
         seq.pages = []
         seq.num_held_pages = 0

@@ -144,3 +144,61 @@ def test_a_retracted_request_resumes_from_its_cached_pages():
     chunks = s.schedule()
     assert [(ch.seq, ch.start, ch.num_tokens) for ch in chunks] == [(b, 8, 2)]
 
+
+
+def test_a_request_waits_for_the_pages_a_running_request_computes_then_starts_on_them():
+    s = Scheduler(PageAllocator(32), page_size=4, max_running=8, max_batched_tokens=64, prefix_caching=True)
+    a, b = seq(0, 14), seq(1, 14)          # one prompt sampled twice: three whole pages in common
+    c = Sequence("r2", list(range(100, 106)), SamplingParams(max_tokens=4), arrival=2)  # not held up
+    for r in (a, b, c):
+        s.add(r)
+    chunks = s.schedule()
+    assert [ch.seq for ch in chunks] == [a, c]
+    assert list(s.waiting) == [b] and b.pages == [] and b.num_computed == 0
+    compute(chunks)
+    a.output_ids.append(1)
+    c.output_ids.append(1)
+    chunks = s.schedule()
+    assert [(ch.seq, ch.start, ch.num_tokens) for ch in chunks] == [(a, 14, 1), (c, 6, 1), (b, 12, 2)]
+    assert b.pages[:3] == a.pages[:3] and s.num_cached_tokens == 12
+
+
+def test_a_chunked_prefill_holds_its_followers_until_the_pages_they_share_are_computed():
+    s = Scheduler(PageAllocator(32), page_size=4, max_running=8, max_batched_tokens=8, prefix_caching=True)
+    a, b = seq(0, 20), seq(1, 20)
+    s.add(a)
+    s.add(b)
+    for start in (0, 8):
+        chunks = s.schedule()
+        assert [(ch.seq, ch.start) for ch in chunks] == [(a, start)]
+        compute(chunks)
+    # a's last chunk computes its last page, which holds its last token: b computes its own
+    assert [(ch.seq, ch.start, ch.num_tokens) for ch in s.schedule()] == [(a, 16, 4), (b, 16, 4)]
+    assert b.pages[:4] == a.pages[:4]
+
+
+def test_a_small_overlap_does_not_hold_a_request_back():
+    s = Scheduler(PageAllocator(32), page_size=4, max_running=8, max_batched_tokens=64, prefix_caching=True)
+    a = seq(0, 20)
+    b = Sequence("r1", list(range(4)) + list(range(100, 116)), SamplingParams(max_tokens=4), arrival=1)
+    s.add(a)
+    s.add(b)
+    assert [ch.seq for ch in s.schedule()] == [a, b]   # one page of 20 tokens in common: b computes it too
+
+
+def test_a_held_request_starts_alone_when_the_request_computing_its_pages_goes():
+    s = Scheduler(PageAllocator(32), page_size=4, max_running=8, max_batched_tokens=64, prefix_caching=True)
+    a, b = seq(0, 14), seq(1, 14)
+    s.add(a)
+    s.add(b)
+    assert [ch.seq for ch in s.schedule()] == [a]
+    s.finish(a, "abort")                   # aborted before its pages were computed: none cached
+    assert [(ch.seq, ch.start, ch.num_tokens) for ch in s.schedule()] == [(b, 0, 14)]
+
+
+def test_nothing_is_held_back_without_prefix_caching():
+    s = Scheduler(PageAllocator(32), page_size=4, max_running=8, max_batched_tokens=64)
+    a, b = seq(0, 14), seq(1, 14)
+    s.add(a)
+    s.add(b)
+    assert [ch.seq for ch in s.schedule()] == [a, b]
