@@ -2,7 +2,8 @@
 
 The `dsa` ensemble is decoupled, so even a non-streamed completion goes over a bidirectional
 stream; it arrives as one response. The last response carries Triton's final flag, so no empty
-final response is asked for.
+final response is asked for. A request for n samples (num_return_sequences) streams them
+interleaved, each response naming its sample by sequence_index (generate_samples).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ _SCALAR_TYPES = {
     "temperature": "FP32", "top_k": "INT32", "top_p": "FP32", "min_p": "FP32",
     "repetition_penalty": "FP32", "presence_penalty": "FP32", "frequency_penalty": "FP32",
     "min_tokens": "INT32", "min_length": "INT32", "seed": "UINT64", "random_seed": "UINT64",
-    "end_id": "INT32", "pad_id": "INT32", "beam_width": "INT32",
+    "end_id": "INT32", "pad_id": "INT32", "beam_width": "INT32", "num_return_sequences": "INT32",
     "stream": "BOOL", "exclude_input_in_output": "BOOL", "return_log_probs": "BOOL",
     "sampling_parameters": "BYTES", "messages": "BYTES",
     "guided_decoding_guide_type": "BYTES", "guided_decoding_guide": "BYTES",
@@ -86,43 +87,64 @@ def build_inputs(prompt: str, max_tokens: int | None, **params: Any) -> list[grp
     return inputs
 
 
-def generate(url: str, prompt: str, max_tokens: int | None, *, stream: bool = True, timeout_s: float = 600,
-             on_delta: Callable[[str], None] | None = None, cancel_after: int | None = None,
-             inputs: list[grpcclient.InferInput] | None = None, model: str = MODEL, **params: Any) -> Completion:
-    """Send one request and collect its responses until the final one (or an error).
+def generate(url: str, prompt: str, max_tokens: int | None, **kwargs: Any) -> Completion:
+    """Send one request and collect its responses until the final one (or an error); the
+    arguments are generate_samples'."""
+    completions = generate_samples(url, prompt, max_tokens, **kwargs)
+    if len(completions) != 1:
+        raise ValueError(f"the request returned {len(completions)} samples; use generate_samples")
+    return completions[0]
+
+
+def generate_samples(url: str, prompt: str, max_tokens: int | None, *, stream: bool = True,
+                     timeout_s: float = 600, on_delta: Callable[[str], None] | None = None,
+                     cancel_after: int | None = None, inputs: list[grpcclient.InferInput] | None = None,
+                     model: str = MODEL, **params: Any) -> list[Completion]:
+    """Send one request and collect its responses until the final one (or an error): a
+    Completion a sample, by sequence_index (one unless num_return_sequences asks for more).
 
     `cancel_after` closes the stream, cancelling the request, after that many responses.
     `inputs` replaces the tensors built from prompt/max_tokens/params (to send malformed ones).
+    on_delta hears sample 0's text.
     """
     client = grpcclient.InferenceServerClient(url)
     responses: queue.Queue = queue.Queue()
-    completion = Completion()
+    samples: dict[int, Completion] = {}
     start = time.perf_counter()
     client.start_stream(callback=lambda result, error: responses.put((result, error, time.perf_counter())))
     try:
         client.async_stream_infer(model, inputs or build_inputs(prompt, max_tokens, stream=stream, **params),
                                   request_id=uuid.uuid4().hex[:16])
         deadline = start + timeout_s
-        while not completion.final:
+        received, final = 0, False
+        while not final:
             try:
                 result, error, at = responses.get(timeout=max(deadline - time.perf_counter(), 0.001))
             except queue.Empty:
                 raise TimeoutError(f"no final response within {timeout_s} s") from None
-            completion.times.append(at - start)
-            if error is not None:
-                completion.error, completion.final = str(error), True
-                completion.deltas.append("")
+            received += 1
+            if error is not None:       # the request failed: every sample says so
+                for completion in samples.values() or [samples.setdefault(0, Completion())]:
+                    completion.error, completion.final = str(error), True
+                    completion.times.append(at - start)
+                    completion.deltas.append("")
                 break
+            index = result.as_numpy("sequence_index")
+            completion = samples.setdefault(int(index.reshape(-1)[0]) if index is not None else 0, Completion())
+            completion.times.append(at - start)
             _add_response(completion, result)
-            if on_delta and completion.deltas[-1]:
+            final = result.get_response().parameters["triton_final_response"].bool_param
+            if on_delta and completion is samples.get(0) and completion.deltas[-1]:
                 on_delta(completion.deltas[-1])
-            if cancel_after is not None and len(completion.times) >= cancel_after and not completion.final:
+            if cancel_after is not None and received >= cancel_after and not final:
                 client.stop_stream(cancel_requests=True)
                 break
+        for completion in samples.values():
+            completion.final = final or completion.final
     finally:
         client.stop_stream()
         client.close()
-    return completion
+    return [samples[i] for i in sorted(samples)]
 
 
 def _add_response(completion: Completion, result) -> None:
@@ -143,4 +165,3 @@ def _add_response(completion: Completion, result) -> None:
     logprobs = result.as_numpy("output_log_probs")
     if logprobs is not None:
         completion.output_log_probs += logprobs.reshape(-1).tolist()
-    completion.final = result.get_response().parameters["triton_final_response"].bool_param

@@ -1,6 +1,7 @@
 """Stream one completion from the `dsa` ensemble to the terminal.
 
     python -m dsa_client.stream --url 127.0.0.1:8001 --max-tokens 64 "Tell me about sparse attention"
+    python -m dsa_client.stream -n 3 --temperature 0.8 "Name a colour"    # three samples, printed at the end
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import argparse
 import json
 import sys
 
-from dsa_client.grpc_stream import generate
+from dsa_client.grpc_stream import generate_samples
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-p", type=float)
     parser.add_argument("--top-k", type=int)
     parser.add_argument("--seed", type=int)
+    parser.add_argument("-n", type=int, default=1, help="samples of the prompt (num_return_sequences)")
     parser.add_argument("--stop", action="append", help="stop string (repeatable)")
     parser.add_argument("--chat", action="store_true", help="send the prompt as a user message (chat template)")
     parser.add_argument("--no-stream", action="store_true", help="one response at the end")
@@ -34,17 +36,23 @@ def main(argv: list[str] | None = None) -> int:
         with open(guide[1:], encoding="utf-8") as f:
             guide = f.read()
     messages = json.dumps([{"role": "user", "content": args.prompt}]) if args.chat else None
-    completion = generate(
+    samples = generate_samples(
         args.url, "" if args.chat else args.prompt, args.max_tokens, stream=not args.no_stream,
-        on_delta=lambda d: print(d, end="", flush=True), temperature=args.temperature, top_p=args.top_p,
-        top_k=args.top_k, seed=args.seed, stop_words=args.stop, messages=messages,
-        exclude_input_in_output=True, guided_decoding_guide_type=args.guide_type, guided_decoding_guide=guide)
-    print()
-    if completion.error:
-        print(f"error: {completion.error}", file=sys.stderr)
-        return 1
-    print(format_timing(completion), file=sys.stderr)
-    return 0
+        on_delta=(lambda d: print(d, end="", flush=True)) if args.n == 1 else None, temperature=args.temperature,
+        top_p=args.top_p, top_k=args.top_k, seed=args.seed, stop_words=args.stop, messages=messages,
+        exclude_input_in_output=True, guided_decoding_guide_type=args.guide_type, guided_decoding_guide=guide,
+        num_return_sequences=args.n if args.n != 1 else None)
+    failed = False
+    for index, completion in enumerate(samples):
+        if args.n != 1:
+            print(f"--- sample {index} ---\n{completion.text}", end="")
+        print()
+        if completion.error:
+            print(f"error: {completion.error}", file=sys.stderr)
+            failed = True
+        else:
+            print(format_timing(completion), file=sys.stderr)
+    return 1 if failed else 0
 
 
 def format_timing(completion) -> str:

@@ -63,7 +63,7 @@ class SamplingParams:
         _check(isinstance(self.min_tokens, int) and 0 <= self.min_tokens <= self.max_tokens,
                f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens!r}")
         _check(isinstance(self.n, int) and 1 <= self.n <= MAX_SAMPLES,
-               f"n must be an integer in [1, {MAX_SAMPLES}], got {self.n!r}")
+               f"n (num_return_sequences) must be an integer in [1, {MAX_SAMPLES}], got {self.n!r}")
         _check(self.seed is None or isinstance(self.seed, int),
                f"seed must be an integer, got {self.seed!r}")
         _check(all(isinstance(s, str) and s for s in self.stop),

@@ -46,7 +46,7 @@ def test_greedy_samples_are_the_greedy_output(llm):
 
 @pytest.mark.parametrize("n", [0, MAX_SAMPLES + 1, 2.0])
 def test_a_bad_n_is_refused_naming_it(n):
-    with pytest.raises(ValueError, match="n must be an integer"):
+    with pytest.raises(ValueError, match=r"n \(num_return_sequences\) must be an integer"):
         SamplingParams(n=n)
 
 

@@ -28,7 +28,7 @@ class ServerMetrics:
                                      pb_utils.MetricFamily.HISTOGRAM)
         # Families must outlive their metrics, so both are kept on self.
         self._families = [
-            family("dsa_requests_total", "Finished requests by finish reason", counter),
+            family("dsa_requests_total", "Finished requests (each of n samples counts) by finish reason", counter),
             family("dsa_prompt_tokens_total", "Prompt tokens of admitted requests", counter),
             family("dsa_generation_tokens_total", "Generated tokens", counter),
             family("dsa_time_to_first_token_seconds", "Arrival to first generated token", histogram),

@@ -6,7 +6,7 @@ scalar fields travel in one tensor a dtype (docs/PERFORMANCE.md, "Serving: the e
 served engine"):
 
 - token_window   INT32 [n]       the detokenizer window (dsa_backend.detokenizer.TextWindow)
-- reply_ints     INT32 [8]       INTS, in order
+- reply_ints     INT32 [9]       INTS, in order
 - reply_floats   FP32  [2 + k]   FLOATS, then the k log probs of this reply's tokens
 - reply_strings  BYTES [2]       STRINGS
 """
@@ -18,7 +18,7 @@ import numpy as np
 from dsa_backend.detokenizer import TextWindow
 
 INTS = ("text_start", "text_end", "num_input_tokens", "num_output_tokens", "num_cached_tokens",
-        "total_accepted_draft_tokens", "total_draft_tokens", "skip_special_tokens")
+        "total_accepted_draft_tokens", "total_draft_tokens", "skip_special_tokens", "sequence_index")
 FLOATS = ("cum_log_probs", "acceptance_rate")
 STRINGS = ("finish_reason", "request_id")
 

@@ -32,10 +32,11 @@ _SCALARS = {
     "min_length": ("min_tokens", "iu"),
     "seed": ("seed", "iu"),
     "random_seed": ("seed", "iu"),
+    "num_return_sequences": ("n", "iu"),
 }
 _FLAGS = ("stream", "exclude_input_in_output", "return_log_probs")
 # vllm_backend options that are not sampling parameters, and what this server supports of them.
-_VLLM_SINGLE = {"n": 1, "best_of": 1, "use_beam_search": False}
+_VLLM_SINGLE = {"best_of": 1, "use_beam_search": False}
 
 
 @dataclass(frozen=True)
@@ -104,11 +105,11 @@ def _sampling_parameters(array: np.ndarray | None) -> dict[str, Any]:
         fields["guided_decoding"] = fields.pop("structured_outputs")
     for key, single in _VLLM_SINGLE.items():
         if key in fields and fields.pop(key) not in (single, None):
-            raise ValueError(f"sampling_parameters.{key} must be {single}: one sequence per request")
+            raise ValueError(f"sampling_parameters.{key} must be {single}: samples are not ranked (n gives n of them)")
     unknown = sorted(set(fields) - _PARAM_FIELDS)
     if unknown:
         raise ValueError(f"sampling_parameters has unknown keys {unknown}; known: {sorted(_PARAM_FIELDS)}")
-    for key in ("max_tokens", "top_k", "min_tokens", "seed"):
+    for key in ("max_tokens", "top_k", "min_tokens", "seed", "n"):
         # JSON numbers like 16.0 are fine; 16.5 is not an integer.
         if isinstance(fields.get(key), float) and fields[key].is_integer():
             fields[key] = int(fields[key])

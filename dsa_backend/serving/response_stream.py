@@ -38,9 +38,11 @@ class Reply:
 
 
 class ResponseStream:
-    def __init__(self, request_id: str, request: LLMRequest, tokenizer: Tokenizer, arrival: float):
+    def __init__(self, request_id: str, request: LLMRequest, tokenizer: Tokenizer, arrival: float, index: int = 0):
+        """index: which of the request's n samples this stream carries (its sequence_index)."""
         p = request.params
         self.request_id = request_id
+        self.index = index
         self.request = request
         self.tokenizer = tokenizer
         self.detok = IncrementalDetokenizer(tokenizer, stop=p.stop,
@@ -96,7 +98,8 @@ class ResponseStream:
             ints={"num_input_tokens": out.num_prompt_tokens, "num_output_tokens": out.num_output_tokens,
                   "num_cached_tokens": out.num_cached_tokens,
                   "total_accepted_draft_tokens": self.num_accepted_draft_tokens,
-                  "total_draft_tokens": self.num_draft_tokens, "skip_special_tokens": self.detok.skip_special_tokens},
+                  "total_draft_tokens": self.num_draft_tokens, "skip_special_tokens": self.detok.skip_special_tokens,
+                  "sequence_index": self.index},
             floats={"cum_log_probs": self._cumulative_logprob, "acceptance_rate": self.acceptance_rate},
             log_probs=logprobs if self.request.params.logprobs else [],
             strings={"finish_reason": reason, "request_id": self.request_id})

@@ -58,12 +58,21 @@ def test_vllm_sampling_parameters_json_is_accepted_and_tensors_override_it():
     ({"stop_words": np.array([b"\xff"], dtype=object)}, "stop_words"),
     ({"sampling_parameters": np.array([b"{not json"], dtype=object)}, "sampling_parameters"),
     ({"sampling_parameters": np.array([b'{"bogus": 1}'], dtype=object)}, "sampling_parameters"),
-    ({"sampling_parameters": np.array([b'{"n": 3}'], dtype=object)}, "sampling_parameters.n"),
+    ({"sampling_parameters": np.array([b'{"n": 3, "best_of": 4}'], dtype=object)}, "sampling_parameters.best_of"),
+    ({"sampling_parameters": np.array([b'{"n": 0}'], dtype=object)}, "num_return_sequences"),
+    ({"num_return_sequences": np.array([300], np.int32)}, "num_return_sequences"),
     ({"sampling_parameters": np.array([b'{"temperature": "hot"}'], dtype=object)}, "sampling_parameters"),
 ])
 def test_bad_values_raise_naming_the_field(extra, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         parse_request(inputs(**extra))
+
+
+def test_n_comes_from_num_return_sequences_or_vllm_json_and_the_tensor_wins():
+    assert parse_request(inputs(num_return_sequences=np.array([3], np.int32))).params.n == 3
+    js = np.array([b'{"n": 4.0}'], dtype=object)
+    assert parse_request(inputs(sampling_parameters=js)).params.n == 4
+    assert parse_request(inputs(sampling_parameters=js, num_return_sequences=np.array([2], np.int32))).params.n == 2
 
 
 def test_missing_max_tokens_names_the_field():

@@ -138,12 +138,13 @@ def test_the_reply_layout_round_trips_every_field_with_the_dtypes_of_the_ensembl
                          stream=True)
     out = RequestOutput("r-9", [100, 101], [-0.25, -0.5], -0.75, True, "length", 2, 2, num_draft_tokens=3,
                         num_accepted_draft_tokens=1, num_cached_tokens=1)
-    reply = ResponseStream("r-9", request, tokenizer, arrival=0.0).on_output([out], 1.0)
+    reply = ResponseStream("r-9", request, tokenizer, arrival=0.0, index=2).on_output([out], 1.0)
     assert sorted(reply.outputs) == ["reply_floats", "reply_ints", "reply_strings", "token_window"]
     window, o, request_id = reply_layout.unpack(reply.outputs)
     assert request_id == "r-9" and window.token_ids[-2:] == [100, 101]
     expected = {"num_input_tokens": 2, "num_output_tokens": 2, "num_cached_tokens": 1, "total_draft_tokens": 3,
-                "total_accepted_draft_tokens": 1, "skip_special_tokens": False, "finish_reason": b"length"}
+                "total_accepted_draft_tokens": 1, "skip_special_tokens": False, "finish_reason": b"length",
+                "sequence_index": 2}
     assert {k: o[k][0] for k in expected} == expected
     assert o["skip_special_tokens"].dtype == bool and o["num_cached_tokens"].dtype == "int32"
     assert np.allclose(o["output_log_probs"], [-0.25, -0.5]) and np.isclose(o["cum_log_probs"][0], -0.75)
@@ -153,5 +154,5 @@ def test_the_reply_layout_round_trips_every_field_with_the_dtypes_of_the_ensembl
 def test_a_reply_with_missing_fields_is_refused_by_name():
     tensors = {"token_window": np.array([1], dtype=np.int32), "reply_ints": np.zeros(3, dtype=np.int32),
                "reply_floats": np.zeros(2, dtype=np.float32), "reply_strings": np.array([b"", b"r"], dtype=object)}
-    with pytest.raises(ValueError, match="8 ints"):
+    with pytest.raises(ValueError, match="9 ints"):
         reply_layout.unpack(tensors)

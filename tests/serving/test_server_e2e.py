@@ -12,7 +12,7 @@ import torch
 import tritonclient.grpc as grpcclient
 
 from dsa_backend import SamplingParams
-from dsa_client.grpc_stream import build_inputs, generate
+from dsa_client.grpc_stream import build_inputs, generate, generate_samples
 
 from .servers import served_device
 
@@ -129,12 +129,43 @@ def test_the_stream_cli_sends_a_guide_read_from_a_file(served, tmp_path, capsys)
     assert re.fullmatch("(north|south) [0-9]{2}", text), text
 
 
+def test_the_stream_cli_prints_each_of_n_samples(served, offline_llm, capsys):
+    from dsa_client import stream
+
+    assert stream.main(["--url", served.grpc_url, "--max-tokens", "6", "--temperature", "1", "--seed", "3",
+                        "-n", "2", "Go"]) == 0
+    offline = offline_llm.generate("Go", SamplingParams(max_tokens=6, temperature=1.0, seed=3, n=2))
+    assert capsys.readouterr().out == "".join(f"--- sample {i} ---\n{o.text}\n" for i, o in enumerate(offline))
+
+
 def test_vllm_guided_decoding_in_sampling_parameters_picks_one_of_the_choices(served):
     choices = ["alpha", "beta", "gamma delta"]
     params = json.dumps({"temperature": 1.0, "seed": 3, "guided_decoding": {"choice": choices}})
     c = generate(served.grpc_url, PROMPTS["chinese"], 16, sampling_parameters=params, exclude_input_in_output=True,
                  timeout_s=120)
     assert c.error is None and c.text in choices and c.finish_reason == "stop"
+
+
+def test_n_samples_stream_interleaved_each_as_the_offline_llm_samples_it(served, offline_llm):
+    prompt = "Sample me three times: " + "one two three four five six seven eight nine ten " * 4
+    samples = generate_samples(served.grpc_url, prompt, 12, temperature=1.0, seed=5, num_return_sequences=3,
+                               exclude_input_in_output=True, timeout_s=120)
+    offline = offline_llm.generate(prompt, SamplingParams(max_tokens=12, temperature=1.0, seed=5, n=3))
+    assert [c.error for c in samples] == [None] * 3 and all(c.final for c in samples)
+    assert [c.text for c in samples] == [o.text for o in offline]
+    assert len({c.text for c in samples}) > 1
+    assert all(len(c.deltas) > 1 and c.finish_reason == "length" and c.num_output_tokens == 12 for c in samples)
+    # one sample computed the prompt; the others found its whole pages in the cache
+    pages = samples[0].num_input_tokens - 1 - (samples[0].num_input_tokens - 1) % 16
+    assert pages >= 16 and [c.num_cached_tokens for c in samples[1:]] == [pages, pages]
+
+
+def test_vllm_n_in_sampling_parameters_gives_one_whole_response_a_sample(served, offline_llm):
+    params = json.dumps({"n": 2, "temperature": 0.9, "seed": 11})
+    samples = generate_samples(served.grpc_url, PROMPTS["chinese"], 8, stream=False, sampling_parameters=params,
+                               exclude_input_in_output=True, timeout_s=120)
+    offline = offline_llm.generate(PROMPTS["chinese"], SamplingParams(max_tokens=8, temperature=0.9, seed=11, n=2))
+    assert [(len(c.deltas), c.text) for c in samples] == [(1, o.text) for o in offline]
 
 
 def settle(read, want, timeout_s=30.0):
@@ -149,7 +180,8 @@ def settle(read, want, timeout_s=30.0):
     return value
 
 
-def test_cancel_mid_stream_stops_generation_and_frees_pages(served, metric):
+@pytest.mark.parametrize("n", [1, 3])
+def test_cancel_mid_stream_stops_generation_and_frees_pages(served, metric, n):
     def in_flight():
         return metric("dsa_requests_running") + metric("dsa_requests_waiting")
 
@@ -159,8 +191,10 @@ def test_cancel_mid_stream_stops_generation_and_frees_pages(served, metric):
     assert settle(in_flight, 0) == 0
     idle = pages_free()
     generated_before = metric("dsa_generation_tokens_total")
-    c = generate(served.grpc_url, PROMPTS["english"], 400, temperature=0.0, cancel_after=3, timeout_s=120)
-    assert len(c.times) == 3 and not c.final
+    aborted_before = metric("dsa_requests_total", finish_reason="abort") or 0
+    samples = generate_samples(served.grpc_url, PROMPTS["english"], 400, temperature=0.0, cancel_after=3,
+                               num_return_sequences=n, timeout_s=120)
+    assert sum(len(c.times) for c in samples) == 3 and not any(c.final for c in samples)
     assert settle(in_flight, 0) == 0
     assert settle(pages_free, idle, timeout_s=10) == idle
     # Tokens made before the abort may still be in the sender's queue; then the count stops.
@@ -169,8 +203,8 @@ def test_cancel_mid_stream_stops_generation_and_frees_pages(served, metric):
         settled = metric("dsa_generation_tokens_total")
         time.sleep(0.5)
     assert settled == metric("dsa_generation_tokens_total")
-    assert settled - generated_before < 100                      # far from the 400 asked for
-    assert metric("dsa_requests_total", finish_reason="abort") >= 1
+    assert settled - generated_before < 100 * n                  # far from the 400 a sample asked for
+    assert settle(lambda: metric("dsa_requests_total", finish_reason="abort") - aborted_before, n) == n
 
 
 def test_kernel_loads_while_serving_are_reported(served, metric):
@@ -214,6 +248,8 @@ BAD_INPUTS = {
     "wrong shape": ("max_tokens", dict(inputs=[_text(b"hi"), _max_tokens(shape=(1, 2))])),
     "malformed sampling_parameters": ("sampling_parameters", dict(sampling_parameters="{temperature: ")),
     "beam_width above one": ("beam_width", dict(beam_width=4)),
+    "no samples": ("num_return_sequences", dict(num_return_sequences=0)),
+    "best_of": ("best_of", dict(sampling_parameters=json.dumps({"n": 2, "best_of": 3}))),
     "unknown guide type": ("guide type", dict(guided_decoding_guide_type="xml", guided_decoding_guide="<a/>")),
     # found by the engine process's compiler, not by dsa_llm's checks
     "guide that does not compile": ("regex does not compile",

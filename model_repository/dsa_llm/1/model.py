@@ -1,8 +1,10 @@
 """dsa_llm: a decoupled python model that owns one dsa_backend engine, in a process of its own.
 
-execute() only parses each request and hands it to the engine; responses are sent from one
-sender thread as the engine produces tokens (one a request for all the steps the thread has not
-sent yet, paced by max_responses_per_s), the last one with the FINAL flag. Between outputs the same thread polls for
+execute() only parses each request and hands it to the engine, as one engine request a sample
+(n of them: SamplingParams.n, tensorrtllm_backend's num_return_sequences); responses are sent from
+one sender thread as the engine produces tokens (one a sample for all the steps the thread has not
+sent yet, paced by max_responses_per_s, each with its sequence_index), the last one with the FINAL
+flag. Between outputs the same thread polls for
 cancelled requests (aborting them in the engine) and refreshes the engine gauges: a response
 sender must only be used by the thread that sends its FINAL response, since asking a finished
 one is_cancelled() crashes the 2.51 server.
@@ -38,14 +40,21 @@ _GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 class _Active:
-    """A request the engine holds: its response sender and its stream state."""
+    """A request the engine holds: its response sender and each sample's stream state."""
 
-    def __init__(self, sender, stream: ResponseStream):
+    def __init__(self, sender, streams: list[ResponseStream], engine_ids: list[str]):
         self.sender = sender
-        self.stream = stream
+        self.streams = streams                 # by sample index
+        self.engine_ids = engine_ids           # the engine's request a sample
+        self.unfinished = set(range(len(streams)))
         self.cancelled = False
-        self.unsent: list = []                 # the engine's outputs its next response will carry
+        self.error: str | None = None          # a sample's error: the others are aborted, the request fails
+        self.unsent: list = []                 # (sample index, output, when made) its next responses carry
         self.last_sent = float("-inf")         # when its last response went out
+
+    def abort_all(self, runner) -> None:
+        for index in list(self.unfinished):    # the sender thread may end one meanwhile
+            runner.abort(self.engine_ids[index])
 
 
 class TritonPythonModel:
@@ -70,6 +79,7 @@ class TritonPythonModel:
         self.tokenizer = Tokenizer(engine_args.model)
         self.metrics = ServerMetrics(args["model_name"], args["model_version"])
         self.active: dict[str, _Active] = {}
+        self.num_streams = 0            # the unfinished samples of the requests in flight
         self.lock = threading.Lock()
         self.outputs: queue.Queue = queue.Queue()
         self.draining = threading.Event()
@@ -102,18 +112,28 @@ class TritonPythonModel:
             raise ValueError("the server is shutting down and takes no new requests")
         parsed = parse_request(inputs)
         request_id = f"{request.request_id() or 'req'}-{uuid.uuid4().hex[:12]}"
-        active = _Active(sender, ResponseStream(request_id, parsed, self.tokenizer, time.monotonic()))
+        samples = parsed.params.samples()
+        engine_ids = [request_id] if len(samples) == 1 else [f"{request_id}/{i}" for i in range(len(samples))]
+        now = time.monotonic()
+        active = _Active(sender, [ResponseStream(request_id, parsed, self.tokenizer, now, index=i)
+                                  for i in range(len(samples))], engine_ids)
         with self.lock:
             self.active[request_id] = active
-        try:
-            self.runner.submit(request_id, parsed.prompt_token_ids, parsed.params,
-                               lambda out: self.outputs.put((request_id, out, time.monotonic())))
-        except Exception as e:
-            # The sender thread owns this sender from now on, so it sends the error too.
-            message = str(e) if isinstance(e, ValueError) else f"internal error: {type(e).__name__}: {e}"
-            failed = error_output(request_id, len(parsed.prompt_token_ids), message)
-            self.outputs.put((request_id, failed, time.monotonic()))
-            return
+            self.num_streams += len(samples)
+        for index, (engine_id, params) in enumerate(zip(engine_ids, samples)):
+            try:
+                self.runner.submit(engine_id, parsed.prompt_token_ids, params,
+                                   lambda out, i=index: self.outputs.put((request_id, i, out, time.monotonic())))
+            except Exception as e:
+                # The sender thread owns this sender from now on, so it sends the error too: the
+                # samples not submitted fail with it, and those submitted are aborted.
+                message = str(e) if isinstance(e, ValueError) else f"internal error: {type(e).__name__}: {e}"
+                for i in range(index):
+                    self.runner.abort(engine_ids[i])
+                for i in range(index, len(samples)):
+                    failed = error_output(engine_ids[i], len(parsed.prompt_token_ids), message)
+                    self.outputs.put((request_id, i, failed, time.monotonic()))
+                return
         self.metrics.request_admitted(len(parsed.prompt_token_ids))
 
     def _abort_for_peer(self, request_id: str) -> None:
@@ -123,7 +143,7 @@ class TritonPythonModel:
         if active is not None and not active.cancelled:
             active.cancelled = True
             logger.info("dsa_llm: %s cancelled by the client (through the ensemble)", request_id)
-            self.runner.abort(request_id)
+            active.abort_all(self.runner)
 
     def _drain(self, sender) -> None:
         """Abort everything in flight; answer (FINAL) once every request has had its last response."""
@@ -132,7 +152,10 @@ class TritonPythonModel:
             request_ids = list(self.active)
         logger.info("dsa_llm: draining, ending %d requests in flight", len(request_ids))
         for request_id in request_ids:
-            self.runner.abort(request_id)
+            with self.lock:
+                active = self.active.get(request_id)
+            if active is not None:
+                active.abort_all(self.runner)
 
         def answer_when_idle():
             deadline = time.monotonic() + self.shutdown_timeout_s
@@ -166,64 +189,77 @@ class TritonPythonModel:
             if None in items:
                 stopping, items = True, items[:items.index(None)]
             with self.lock:
-                for request_id, out, made in items:
+                for request_id, index, out, made in items:
                     active = self.active.get(request_id)
                     if active is not None:
-                        active.unsent.append((out, made))
+                        active.unsent.append((index, out, made))
                         waiting[request_id] = active
             now = time.monotonic()
             for request_id, active in list(waiting.items()):
-                if stopping or active.unsent[-1][0].finished or now >= self._due(active):
+                if stopping or any(out.finished for _, out, _ in active.unsent) or now >= self._due(active):
                     del waiting[request_id]
                     outs, active.unsent, active.last_sent = active.unsent, [], now
-                    self._handle_outputs(request_id, active, [out for out, _ in outs], outs[-1][1])
+                    self._handle_outputs(request_id, active, outs)
             if time.monotonic() >= next_poll:
                 self._poll()
                 next_poll = time.monotonic() + _POLL_INTERVAL_S
 
     def _due(self, active: _Active) -> float:
-        """When a request's next response may go: its share of max_responses_per_s after its last."""
+        """When a request's next responses may go: its share of max_responses_per_s after its
+        last, a share a sample."""
         if not self.max_responses_per_s:
             return active.last_sent
-        return active.last_sent + len(self.active) / self.max_responses_per_s
+        return active.last_sent + self.num_streams / self.max_responses_per_s
 
-    def _handle_outputs(self, request_id: str, active: _Active, outs: list, now: float) -> None:
+    def _handle_outputs(self, request_id: str, active: _Active, outs: list) -> None:
+        """Send one response a sample with outputs: the engine's outputs since the last, in order."""
+        by_sample: dict[int, list] = {}
+        for index, out, _ in outs:
+            by_sample.setdefault(index, []).append(out)
         try:
-            self._send_reply(request_id, active, outs, now)
+            for index, sample_outs in by_sample.items():
+                self._send_reply(request_id, active, index, sample_outs, outs[-1][2])
         except Exception:
             logger.exception("dsa_llm: sending a response for %s failed", request_id)
+            active.abort_all(self.runner)
             self._finish(request_id, active, None, "error")
 
-    def _send_reply(self, request_id: str, active: _Active, outs: list, now: float) -> None:
-        reply = active.stream.on_output(outs, now)
+    def _send_reply(self, request_id: str, active: _Active, index: int, outs: list, now: float) -> None:
+        stream = active.streams[index]
+        reply = stream.on_output(outs, now)
         if reply is None:
             return
-        if active.stream.stopped_by_string and not outs[-1].finished:
-            self.runner.abort(request_id)      # its text ended at a stop string
+        if stream.stopped_by_string and not outs[-1].finished:
+            self.runner.abort(active.engine_ids[index])      # its text ended at a stop string
         reason = "error" if reply.error else (outs[-1].finish_reason or "stop") if reply.final else ""
         self.metrics.reply_sent(reply, reason)
-        if active.cancelled:
-            if not reply.final:
-                return
-            response = None
-        elif reply.error:
-            response = triton_io.error_response(reply.error)
-        elif reply.outputs is not None:
-            response = triton_io.response(reply.outputs)
-        else:
-            return
         if reply.final:
-            # Refresh the gauges first, so a client that reads them after its last response
-            # sees the pages of this request already freed.
-            self.metrics.engine_stats(self.runner.stats())
-            self._finish(request_id, active, response, None)
+            with self.lock:
+                active.unfinished.discard(index)
+                self.num_streams -= 1
+        if reply.error and active.error is None:
+            active.error = reply.error       # one sample failed: so does the request, once all have ended
+            active.abort_all(self.runner)
+        if active.unfinished:
+            if not (active.cancelled or active.error) and reply.outputs is not None:
+                active.sender.send(triton_io.response(reply.outputs))
+            return
+        if active.error:
+            response = triton_io.error_response(active.error)
+        elif active.cancelled or reply.outputs is None:
+            response = None
         else:
-            active.sender.send(response)
+            response = triton_io.response(reply.outputs)
+        # Refresh the gauges first, so a client that reads them after its last response sees the
+        # pages of this request already freed.
+        self.metrics.engine_stats(self.runner.stats())
+        self._finish(request_id, active, response, None)
 
     def _finish(self, request_id: str, active: _Active, response, error: str | None) -> None:
         with self.lock:
             if self.active.pop(request_id, None) is None:
                 return
+            self.num_streams -= len(active.unfinished)
         if error is not None:
             response = triton_io.error_response(error)
         try:
@@ -241,7 +277,7 @@ class TritonPythonModel:
             if not active.cancelled and active.sender.is_cancelled():
                 active.cancelled = True
                 logger.info("dsa_llm: %s cancelled by the client", request_id)
-                self.runner.abort(request_id)
+                active.abort_all(self.runner)
         try:
             self.metrics.engine_stats(self.runner.stats())
         except Exception:
