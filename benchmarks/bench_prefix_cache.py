@@ -4,12 +4,17 @@
     python3 benchmarks/bench_prefix_cache.py --model /tmp/v32 [--prefix-len 8192] [--suffix-len 64]
         [--batch 16] [--max-tokens 16] [--rounds 3]
 
-Each round runs both modes, alternating in this one process: "off" turns the engine's prefix
+Each round runs every mode, alternating in this one process: "off" turns the engine's prefix
 cache off for its requests (nothing is matched or cached), "on" serves them with the prefix
-already cached by an untimed warm-up of both modes (which also compiles what each runs). Each mode times one
+already cached by an untimed warm-up of every mode (which also compiles what each runs). "cold"
+serves them with a prefix nobody has computed yet, arriving together: the scheduler has the
+first compute it and the others wait for its pages (scheduler.py); "cold-no-wait" is the same
+with that wait switched off (Scheduler._computed_by_others replaced by False, as the scheduler
+was before it): every request admitted in the first step computes the prefix. Each mode times one
 request alone (arrival to its first token: the prefill of what is not cached) and then a batch
 of requests arriving together (arrival to every request's last token). Every request's suffix is
-new, so only the shared prefix can be found. Prints one JSON line; --json writes it to a file too.
+new, so only the shared prefix can be found; --suffix-len 0 makes the batch n samples of one
+prompt (SamplingParams.n). Prints one JSON line; --json writes it to a file too.
 """
 
 from __future__ import annotations
@@ -73,35 +78,51 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
 
     def prompts(n: int, prefix: list[int]) -> list[list[int]]:
+        # a fresh suffix each; the prompt's last token is always computed, so a suffix of 0 repeats it
         return [prefix + torch.randint(2, 128000, (a.suffix_len,), generator=gen).tolist() for _ in range(n)]
 
-    prefix = torch.randint(2, 128000, (a.prefix_len,), generator=gen).tolist()
-    cache = engine.scheduler.pages
-    for mode in ("off", "on"):  # untimed: compiles what either mode runs, and leaves the prefix cached
-        cache.enabled = mode == "on"
-        serve(engine, prompts(a.batch + 1, prefix), a.max_tokens)
+    def new_prefix() -> list[int]:
+        return torch.randint(2, 128000, (a.prefix_len,), generator=gen).tolist()
+
+    warm = new_prefix()
+    cache, scheduler = engine.scheduler.pages, engine.scheduler
+    modes = ("off", "cold-no-wait", "cold", "on")
+
+    def run(mode: str, n: int) -> dict:
+        cache.enabled = mode != "off"
+        if mode == "cold-no-wait":
+            scheduler._computed_by_others = lambda seq: False
+        else:
+            scheduler.__dict__.pop("_computed_by_others", None)
+        return serve(engine, prompts(n, warm if mode in ("on", "off") else new_prefix()), a.max_tokens)
+
+    for mode in modes:  # untimed: compiles what each mode runs, and leaves the warm prefix cached
+        run(mode, a.batch + 1)
     runs = []
     for r in range(a.rounds):
-        for mode in ("off", "on"):
-            cache.enabled = mode == "on"
+        for mode in modes:
             hits = engine.scheduler.num_cached_tokens
-            alone = serve(engine, prompts(1, prefix), a.max_tokens)
-            batch = serve(engine, prompts(a.batch, prefix), a.max_tokens)
+            alone = run(mode, 1)
+            batch = run(mode, a.batch)
             runs.append(dict(round=r, mode=mode, ttft_alone_ms=round(1000 * alone["ttft_s"][0], 2),
                              batch_ttft_median_ms=round(1000 * statistics.median(batch["ttft_s"]), 2),
                              batch_done_ms=round(1000 * batch["done_s"], 2),
                              cached_tokens=engine.scheduler.num_cached_tokens - hits))
             print(runs[-1], flush=True)
     cache.enabled = True
+    scheduler.__dict__.pop("_computed_by_others", None)
     medians = {mode: {key: statistics.median(run[key] for run in runs if run["mode"] == mode)
                       for key in ("ttft_alone_ms", "batch_ttft_median_ms", "batch_done_ms")}
-               for mode in ("off", "on")}
+               for mode in modes}
     result = dict(date=datetime.date.today().isoformat(),
                   gpu=torch.cuda.get_device_name() if a.device == "cuda" else a.device,
                   libraries=dsa_kernels.available_backends(a.device), model=a.model, prefix_len=a.prefix_len,
                   suffix_len=a.suffix_len, batch=a.batch, max_tokens=a.max_tokens,
                   kv_cache_dtype=a.kv_cache_dtype, runs=runs, median_over_rounds=medians,
-                  on_over_off={key: round(medians["off"][key] / medians["on"][key], 2) for key in medians["on"]})
+                  max_num_batched_tokens=a.max_num_batched_tokens,
+                  on_over_off={key: round(medians["off"][key] / medians["on"][key], 2) for key in medians["on"]},
+                  cold_over_cold_no_wait={key: round(medians["cold-no-wait"][key] / medians["cold"][key], 2)
+                                          for key in medians["on"]})
     emit(result, a.json)
 
 

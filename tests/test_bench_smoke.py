@@ -96,8 +96,10 @@ def test_the_prefix_cache_benchmark_finds_the_prefix_only_when_on(tmp_path, chec
     assert run.returncode == 0, run.stderr[-3000:]
     res = json.loads(out.read_text())
     # pages of 64: the prefix's two whole pages, for the request alone and each of the batch's two
-    assert [(r["mode"], r["cached_tokens"]) for r in res["runs"]] == [("off", 0), ("on", 3 * 128)]
-    assert res["on_over_off"]["batch_done_ms"] > 0
+    # when warm; when cold, the batch's second request waits for the first's
+    assert [(r["mode"], r["cached_tokens"]) for r in res["runs"]] == [("off", 0), ("cold-no-wait", 0),
+                                                                       ("cold", 128), ("on", 3 * 128)]
+    assert res["on_over_off"]["batch_done_ms"] > 0 and res["cold_over_cold_no_wait"]["batch_done_ms"] > 0
 
 
 def test_the_prefill_benchmark_times_every_round(tmp_path, checkpoint):

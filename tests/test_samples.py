@@ -53,3 +53,19 @@ def test_a_bad_n_is_refused_naming_it(n):
 def test_the_engine_refuses_n_above_one_and_says_how_to_submit_it(llm):
     with pytest.raises(ValueError, match="samples"):
         llm.engine.add_request("x", [1, 2, 3], SamplingParams(n=2))
+
+
+@pytest.mark.gpu
+def test_samples_on_the_gpu_share_the_prompt_under_graphs_and_overlap(checkpoint):
+    """bf16 with CUDA graphs and overlap scheduling: n seeded samples of a long prompt, beside
+    another request; every sample runs to max_tokens, the later ones start on the first's pages."""
+    llm = LLM(checkpoint("deepseek_v32"), device="cuda", num_kv_pages=128)
+    prompt, other = random_prompts([700, 300], seed=44)
+    params = SamplingParams(max_tokens=24, temperature=1.0, seed=3, ignore_eos=True)
+    outs = llm.generate([prompt, other], [SamplingParams(**{**params.__dict__, "n": 4}), params])
+    assert [(o.index, len(o.token_ids), o.finish_reason) for o in outs] == (
+        [(i, 24, "length") for i in range(4)] + [(0, 24, "length")])
+    assert [o.num_cached_tokens for o in outs[:4]] == [0, 640, 640, 640]
+    assert len({tuple(o.token_ids) for o in outs[:4]}) > 1
+    stats = llm.engine.stats()
+    assert stats["kv_pages_free"] == stats["kv_pages_total"] and not llm.engine.has_work()
