@@ -182,6 +182,13 @@ class BucketedGraphs:
                     self.static.mode.name, requests, context, time.perf_counter() - start, len(self.graphs) + 1)
         return graph
 
+    def release(self) -> None:
+        """Destroy every captured graph. NCCL destroys no communicator while graphs that captured
+        its collectives exist: destroy_process_group waits for them forever (pytorch#115388)."""
+        for graph in self.graphs.values():
+            graph.reset()
+        self.graphs.clear()
+
     def capture_all(self) -> None:
         """Capture every bucket now (start-up), largest first, so that serving captures none."""
         for requests in reversed(self.batch_buckets):

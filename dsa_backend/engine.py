@@ -22,7 +22,7 @@ from dsa_backend.followers import Followers
 from dsa_backend.guided import Grammars
 from dsa_backend.models import load_model
 from dsa_backend.models.model import ForwardOutput
-from dsa_backend.parallel import TensorParallel, free_port, join_group, shares_one_gpu
+from dsa_backend.parallel import TensorParallel, join_group, listen, shares_one_gpu
 from dsa_backend.sampling import (SamplingBatch, SamplingRow, check_vocab, make_generator, process_logits,
                                   sample, sampling_probs)
 from dsa_backend.sampling_params import SamplingParams
@@ -271,17 +271,23 @@ class Engine:
                 and (device.index or 0) + args.tensor_parallel_size > torch.cuda.device_count()):
             raise ValueError(f"tensor_parallel_size={args.tensor_parallel_size} needs that many GPUs from {device}; "
                              f"this machine has {torch.cuda.device_count()}")
-        port = free_port()
-        self.followers = Followers(args, port)
-        return join_group(0, args.tensor_parallel_size, port, args.rank_device(0))
+        store = listen(args.tensor_parallel_size)
+        self.followers = Followers(args, store.port)
+        return join_group(0, args.tensor_parallel_size, store, args.rank_device(0))
 
     def close(self) -> None:
-        """Stop the other tensor-parallel ranks, if any (a lone engine needs no closing)."""
+        """Stop the other tensor-parallel ranks, if any, and leave the group (a lone engine needs
+        no closing)."""
         if self.followers is not None:
             self.followers.close()
             self.followers = None
-            if torch.distributed.is_initialized():
-                torch.distributed.destroy_process_group()
+        tp = getattr(self, "tp", None)
+        if tp is not None and tp.size > 1 and torch.distributed.is_initialized():
+            drafter = getattr(self, "drafter", None)
+            for graphs in (getattr(self, "graphs", None), drafter.graphs if drafter else None):
+                if graphs is not None:
+                    graphs.release()     # before the group: NCCL waits for graphs that captured it
+            torch.distributed.destroy_process_group()
 
     def _repeat(self, method: str, *args) -> None:
         """Have the other tensor-parallel ranks make this call too."""

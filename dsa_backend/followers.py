@@ -108,6 +108,7 @@ def _follow(conn: Connection, args, rank: int, port: int, log_level: int) -> Non
         except (EOFError, OSError):
             return
         if method == "close":
+            engine.close()
             return
         getattr(engine, method)(*call_args)
 

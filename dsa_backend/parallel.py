@@ -14,7 +14,6 @@ must be the same on every rank, and its weights are small).
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -64,21 +63,27 @@ class TensorParallel:
         return slice(self.rank * share, (self.rank + 1) * share)
 
 
-def free_port() -> int:
-    """A TCP port on this host that nothing listens on now, for the group's rendezvous."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def listen(size: int, timeout_s: float = 1800.0) -> dist.TCPStore:
+    """Rank 0's rendezvous: a store listening on a free localhost port (its `port`) before any
+    other rank starts. A port picked free now and listened on later can be taken meanwhile, even
+    by the other ranks' own attempts to connect to it: on Linux a connection to a local port that
+    nothing listens on can get that port as its own end and connect to itself, which left rank 0's
+    listen failing with EADDRINUSE on a machine of two GPUs."""
+    return dist.TCPStore("127.0.0.1", 0, size, is_master=True, timeout=timedelta(seconds=timeout_s),
+                         wait_for_workers=False)
 
 
-def join_group(rank: int, size: int, port: int, device: torch.device, timeout_s: float = 1800.0) -> TensorParallel:
-    """Join the group of `size` processes meeting on localhost:port: NCCL between GPUs, gloo on the
-    CPU. timeout_s bounds a wait for the other ranks, long enough for one to load its weights later."""
+def join_group(rank: int, size: int, store: dist.TCPStore | int, device: torch.device,
+               timeout_s: float = 1800.0) -> TensorParallel:
+    """Join the group of `size` processes meeting at rank 0's store (given to rank 0, its port to
+    the others): NCCL between GPUs, gloo on the CPU. timeout_s bounds a wait for the other ranks,
+    long enough for one to load its weights later."""
     backend = "nccl" if device.type == "cuda" and not shares_one_gpu() else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
-                            timeout=timedelta(seconds=timeout_s))
+    if isinstance(store, int):
+        store = dist.TCPStore("127.0.0.1", store, size, is_master=False, timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timedelta(seconds=timeout_s))
     # NCCL makes its communicator at the first collective, which must not be inside a graph capture
     dist.all_reduce(torch.zeros(1, device=device))
     return TensorParallel(rank, size, dist.group.WORLD)
