@@ -170,13 +170,14 @@ class Scheduler:
         requests, and they are at least half of what seq has left to compute."""
         if not self.pages.enabled:
             return False
-        shared = 0
-        for key in seq.page_keys[seq.num_held_pages:self._known_pages(seq, seq.num_tokens - 1)]:
-            owner = self._computing.get(key)
-            if owner is None or owner is seq or owner.status is not SequenceStatus.RUNNING:
-                break
-            shared += 1
-        return shared > 0 and 2 * shared * self.page_size >= seq.num_uncomputed
+        # One look-up: a key names its whole prefix, and a request computes its pages in order
+        # after the cached ones (which seq has matched too), so if the page that makes up half of
+        # seq's remaining tokens is being computed, so is every page before it.
+        half = seq.num_held_pages + -(-seq.num_uncomputed // (2 * self.page_size)) - 1
+        if half >= self._known_pages(seq, seq.num_tokens - 1):
+            return False
+        owner = self._computing.get(seq.page_keys[half])
+        return owner is not None and owner is not seq and owner.status is SequenceStatus.RUNNING
 
     def _claim_pages(self, seq: Sequence) -> None:
         """Note the whole pages of known tokens a newly running request is about to compute."""
