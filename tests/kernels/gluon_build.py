@@ -3,6 +3,7 @@ each, what tests/kernels/test_gluon_compile.py checks. A script of its own: the 
 under TRITON_INTERPRET=1, which turns Triton's own library functions into interpreter objects that
 a compilation cannot use, so this runs in a process without it."""
 
+import concurrent.futures
 import contextlib
 import io
 import json
@@ -93,19 +94,24 @@ def paged_indexer(next_n: int, overlap: bool, unrolled: bool = False, tokens_a_p
                 logits_evict_last="st.global.L1::evict_last.L2::cache_hint" in ptx, ptxas_warnings=warnings)
 
 
+BUILDS = (
+    [(sparse_mla, dict(fp8=fp8, partial=partial)) for fp8 in (True, False) for partial in (False, True)]
+    + [(sparse_mla, dict(fp8=fp8, partial=True, merge=merge)) for fp8, merge in ((True, 2), (True, 4), (False, 2))]
+    + [(sparse_mla, dict(fp8=fp8, partial=True, balanced=True)) for fp8 in (True, False)]
+    + [(sparse_mla_pair, dict(balanced=balanced)) for balanced in (False, True)]
+    + [(paged_indexer, dict(next_n=next_n, overlap=True)) for next_n in (1, 2, 4)]
+    + [(paged_indexer, dict(next_n=2, overlap=False)), (paged_indexer, dict(next_n=2, overlap=False, unrolled=True)),
+       (paged_indexer, dict(next_n=3, overlap=True, tokens_a_program=1)),
+       (paged_indexer, dict(next_n=5, overlap=False, unrolled=True, tokens_a_program=2))])
+
+
+def _run(build_and_kwargs) -> str:
+    fn, kwargs = build_and_kwargs
+    return json.dumps(fn(**kwargs))
+
+
 if __name__ == "__main__":
-    for fp8 in (True, False):
-        for partial in (False, True):
-            print(json.dumps(sparse_mla(fp8, partial)), flush=True)
-    for fp8, merge in ((True, 2), (True, 4), (False, 2)):
-        print(json.dumps(sparse_mla(fp8, True, merge)), flush=True)
-    for fp8 in (True, False):
-        print(json.dumps(sparse_mla(fp8, True, balanced=True)), flush=True)
-    for balanced in (False, True):
-        print(json.dumps(sparse_mla_pair(balanced)), flush=True)
-    for next_n in (1, 2, 4):
-        print(json.dumps(paged_indexer(next_n, overlap=True)), flush=True)
-    print(json.dumps(paged_indexer(2, overlap=False)), flush=True)
-    print(json.dumps(paged_indexer(2, overlap=False, unrolled=True)), flush=True)
-    print(json.dumps(paged_indexer(3, overlap=True, tokens_a_program=1)), flush=True)
-    print(json.dumps(paged_indexer(5, overlap=False, unrolled=True, tokens_a_program=2)), flush=True)
+    # each build is a second or several of one core's compiling: spread them over the cores, in order
+    with concurrent.futures.ProcessPoolExecutor(os.cpu_count()) as pool:
+        for line in pool.map(_run, BUILDS):
+            print(line, flush=True)
