@@ -25,6 +25,7 @@ _SCALAR_TYPES = {
     "min_tokens": "INT32", "min_length": "INT32", "seed": "UINT64", "random_seed": "UINT64",
     "end_id": "INT32", "pad_id": "INT32", "beam_width": "INT32", "num_return_sequences": "INT32",
     "stream": "BOOL", "exclude_input_in_output": "BOOL", "return_log_probs": "BOOL",
+    "return_prompt_log_probs": "BOOL",
     "sampling_parameters": "BYTES", "messages": "BYTES",
     "guided_decoding_guide_type": "BYTES", "guided_decoding_guide": "BYTES",
 }
@@ -44,6 +45,7 @@ class Completion:
     num_cached_tokens: int = 0         # prompt tokens the server found in its prefix cache
     cum_log_prob: float | None = None
     output_log_probs: list[float] = field(default_factory=list)
+    prompt_log_probs: list[float] = field(default_factory=list)   # of prompt tokens 1 .. n-1, when asked
     draft_tokens: int = 0              # speculative decoding, cumulative (0 when the server does not draft)
     accepted_draft_tokens: int = 0
     error: str | None = None
@@ -162,6 +164,7 @@ def _add_response(completion: Completion, result) -> None:
     cum = result.as_numpy("cum_log_probs")
     if cum is not None:
         completion.cum_log_prob = float(cum.reshape(-1)[0])
-    logprobs = result.as_numpy("output_log_probs")
-    if logprobs is not None:
-        completion.output_log_probs += logprobs.reshape(-1).tolist()
+    for output in ("output_log_probs", "prompt_log_probs"):
+        logprobs = result.as_numpy(output)
+        if logprobs is not None:
+            getattr(completion, output).extend(logprobs.reshape(-1).tolist())

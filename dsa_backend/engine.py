@@ -130,6 +130,9 @@ class RequestOutput:
     num_draft_tokens: int = 0            # speculative decoding, cumulative for the request
     num_accepted_draft_tokens: int = 0
     num_cached_tokens: int = 0           # prompt tokens found in the prefix cache, not computed
+    # SamplingParams.prompt_logprobs: one a prompt token, None for the first (nothing predicts it);
+    # on the output that carries the request's first tokens
+    prompt_logprobs: list[float | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -382,6 +385,8 @@ class Engine:
             out = self.graphs.forward(batch)
         else:
             out = self.model(batch, self.cache)
+        if any(c.seq.prompt_logprobs_left for c in chunks):
+            self._take_prompt_logprobs(chunks, out.hidden)
         for chunk in chunks:
             chunk.seq.num_computed += chunk.num_tokens
         if self.spec is not None:
@@ -434,6 +439,22 @@ class Engine:
         for row, seq in enumerate(seqs):
             seq.pending_rows.append(row)
         return _SampledStep(seqs, sampled.token_ids, HostCopy(sampled.token_ids, sampled.logprobs))
+
+    def _take_prompt_logprobs(self, chunks: list[ScheduledChunk], hidden: torch.Tensor) -> None:
+        """The logprob of each prompt token a chunk's positions predict, for the requests that ask
+        (SamplingParams.prompt_logprobs): position p gives token p + 1's. Positions computed again
+        after a retraction are not taken twice."""
+        row = 0
+        for chunk in chunks:
+            seq = chunk.seq
+            start = max(chunk.start, seq.num_prompt_logprobs)
+            end = min(chunk.start + chunk.num_tokens, len(seq.prompt_ids) - 1)
+            if seq.params.prompt_logprobs and start < end:
+                targets = to_device(torch.tensor(seq.prompt_ids[start + 1: end + 1]), self.device)
+                rows = hidden[row + start - chunk.start: row + end - chunk.start]
+                seq.prompt_logprob_parts.append(HostCopy(self.model.token_logprobs(rows, targets)))
+                seq.num_prompt_logprobs = end
+            row += chunk.num_tokens + chunk.num_drafts
 
     def _take_unread(self) -> _SampledStep | None:
         unread, self._unread = self._unread, None
@@ -648,6 +669,10 @@ class Engine:
 
     def _output(self, seq: Sequence, new_ids: list[int], new_logprobs: list[float]) -> RequestOutput:
         want = seq.params.logprobs
+        prompt_logprobs = None
+        if seq.params.prompt_logprobs and new_ids and len(new_ids) == len(seq.output_ids):  # the first tokens
+            prompt_logprobs = [None] + [lp for part in seq.prompt_logprob_parts for lp in part.wait()[0]]
+            seq.prompt_logprob_parts = []
         return RequestOutput(
             request_id=seq.request_id, new_token_ids=new_ids,
             new_logprobs=new_logprobs if want else None,
@@ -655,7 +680,7 @@ class Engine:
             finished=seq.is_finished, finish_reason=seq.finish_reason,
             num_prompt_tokens=len(seq.prompt_ids), num_output_tokens=len(seq.output_ids),
             num_draft_tokens=seq.num_draft_tokens, num_accepted_draft_tokens=seq.num_accepted_draft_tokens,
-            num_cached_tokens=seq.num_cached_tokens or 0, error=seq.error)
+            num_cached_tokens=seq.num_cached_tokens or 0, error=seq.error, prompt_logprobs=prompt_logprobs)
 
     def stats(self) -> dict[str, float]:
         pages = self.scheduler.pages

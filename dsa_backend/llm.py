@@ -22,6 +22,8 @@ class CompletionOutput:
     num_cached_tokens: int = 0        # prompt tokens found in the prefix cache, not computed
     error: str | None = None          # why, when finish_reason is "error" (a guide that did not compile)
     index: int = 0                    # which of its prompt's n samples (SamplingParams.n)
+    # SamplingParams.prompt_logprobs: one a prompt token, None for the first; on sample 0 only
+    prompt_logprobs: list[float | None] | None = None
 
 
 class LLM:
@@ -83,5 +85,6 @@ class LLM:
                 prompt_token_ids=prompt, token_ids=[t for o in steps for t in o.new_token_ids],
                 text=detok[rid].text, finish_reason=finished[rid],
                 cumulative_logprob=steps[-1].cumulative_logprob, logprobs=logprobs,
-                num_cached_tokens=steps[-1].num_cached_tokens, error=steps[-1].error, index=index))
+                num_cached_tokens=steps[-1].num_cached_tokens, error=steps[-1].error, index=index,
+                prompt_logprobs=next((o.prompt_logprobs for o in steps if o.prompt_logprobs is not None), None)))
         return results

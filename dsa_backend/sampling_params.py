@@ -32,6 +32,7 @@ class SamplingParams:
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
     ignore_eos: bool = False
     logprobs: bool = False
+    prompt_logprobs: bool = False           # each prompt token's logprob under the raw logits (scoring)
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     guided_decoding: Guide | None = None    # structured output (guided.py); vLLM's dict is taken too
@@ -79,7 +80,9 @@ class SamplingParams:
         """The parameters of each of the n samples, n = 1 each. They run as requests of their own,
         and the scheduler has them compute the prompt once (scheduler.py). A seeded request's
         sample i draws from seed + i, so that the samples differ and each can be reproduced."""
-        return [replace(self, n=1, seed=None if self.seed is None else self.seed + i) for i in range(self.n)]
+        # The prompt's logprobs are the same for every sample: the first one computes them.
+        return [replace(self, n=1, seed=None if self.seed is None else self.seed + i,
+                        prompt_logprobs=self.prompt_logprobs and i == 0) for i in range(self.n)]
 
     @property
     def greedy(self) -> bool:

@@ -161,14 +161,18 @@ class Scheduler:
         logits are sampled)."""
         if not self.pages.enabled:
             return
-        seq.pages = self.pages.match(seq.page_keys[:self._known_pages(seq, seq.num_tokens - 1)])
+        usable = self._known_pages(seq, seq.num_tokens - 1)
+        if seq.prompt_logprobs_left:
+            # a prompt token's logprob comes from the position before it, which the cache skips
+            usable = min(usable, seq.num_prompt_logprobs // self.page_size)
+        seq.pages = self.pages.match(seq.page_keys[:usable])
         seq.num_held_pages = len(seq.pages)
         seq.num_computed = seq.num_held_pages * self.page_size
 
     def _computed_by_others(self, seq: Sequence) -> bool:
         """Whether the pages right after seq's cached prefix are being computed by running
         requests, and they are at least half of what seq has left to compute."""
-        if not self.pages.enabled:
+        if not self.pages.enabled or seq.prompt_logprobs_left:
             return False
         # One look-up: a key names its whole prefix, and a request computes its pages in order
         # after the cached ones (which seq has matched too), so if the page that makes up half of

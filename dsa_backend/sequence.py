@@ -10,6 +10,7 @@ import torch
 
 from dsa_backend.sampling_params import SamplingParams
 from dsa_backend.spec.tree import DraftTree
+from dsa_backend.transfer import HostCopy
 
 
 class SequenceStatus(enum.Enum):
@@ -38,6 +39,10 @@ class Sequence:
     arrival: int
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
+    # prompt_logprobs: the logprobs of prompt tokens 1 .. num_prompt_logprobs, one part a chunk,
+    # on their way to the host until the request's first output reads them
+    prompt_logprob_parts: list[HostCopy] = field(default_factory=list)
+    num_prompt_logprobs: int = 0
     pages: list[int] = field(default_factory=list)
     num_held_pages: int = 0         # leading pages held through the prefix cache (shared, read-only)
     page_keys: list[bytes] = field(default_factory=list)  # prefix-cache keys of its whole pages so far
@@ -64,6 +69,10 @@ class Sequence:
         """max_tokens tokens are sampled, so nothing is left to compute: the request ends once
         the last of them is read back."""
         return len(self.output_ids) + len(self.pending_rows) >= self.params.max_tokens
+
+    @property
+    def prompt_logprobs_left(self) -> bool:
+        return self.params.prompt_logprobs and self.num_prompt_logprobs < len(self.prompt_ids) - 1
 
     @property
     def num_uncomputed(self) -> int:

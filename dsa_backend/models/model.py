@@ -95,6 +95,16 @@ class DsaForCausalLM(nn.Module):
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return torch.nn.functional.linear(hidden, weight).float()
 
+    def token_logprobs(self, hidden: torch.Tensor, token_ids: torch.Tensor, rows_a_piece: int = 256) -> torch.Tensor:
+        """[rows] float32: log p(token_ids[i]) under the raw logits of hidden[i], a piece of rows at
+        a time (a prompt chunk's logits over the whole vocabulary would take GBs)."""
+        parts = []
+        for i in range(0, len(token_ids), rows_a_piece):
+            logits = self._head(hidden[i: i + rows_a_piece])
+            picked = logits.gather(1, token_ids[i: i + rows_a_piece, None]).squeeze(1)
+            parts.append(picked - logits.logsumexp(dim=-1))
+        return torch.cat(parts)
+
     def forward(self, batch: ForwardBatch, cache: KVCache) -> ForwardOutput:
         cos, sin = self.rotary(batch.positions)
         x = self.model.embed_tokens(batch.input_ids)

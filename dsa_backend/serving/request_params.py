@@ -34,7 +34,7 @@ _SCALARS = {
     "random_seed": ("seed", "iu"),
     "num_return_sequences": ("n", "iu"),
 }
-_FLAGS = ("stream", "exclude_input_in_output", "return_log_probs")
+_FLAGS = ("stream", "exclude_input_in_output", "return_log_probs", "return_prompt_log_probs")
 # vllm_backend options that are not sampling parameters, and what this server supports of them.
 _VLLM_SINGLE = {"best_of": 1, "use_beam_search": False}
 
@@ -79,6 +79,8 @@ def parse_request(inputs: Mapping[str, np.ndarray]) -> LLMRequest:
         fields["guided_decoding"] = guide
     if flags["return_log_probs"]:
         fields["logprobs"] = True
+    if flags["return_prompt_log_probs"]:
+        fields["prompt_logprobs"] = True
     try:
         params = SamplingParams(**fields, stop=tuple(stop), stop_token_ids=tuple(stop_ids),
                                 bad_words_ids=tuple(tuple(w) for w in bad))
@@ -109,11 +111,25 @@ def _sampling_parameters(array: np.ndarray | None) -> dict[str, Any]:
     unknown = sorted(set(fields) - _PARAM_FIELDS)
     if unknown:
         raise ValueError(f"sampling_parameters has unknown keys {unknown}; known: {sorted(_PARAM_FIELDS)}")
+    for key in ("logprobs", "prompt_logprobs"):
+        if key in fields:
+            fields[key] = _logprobs_count(key, fields[key])
     for key in ("max_tokens", "top_k", "min_tokens", "seed", "n"):
         # JSON numbers like 16.0 are fine; 16.5 is not an integer.
         if isinstance(fields.get(key), float) and fields[key].is_integer():
             fields[key] = int(fields[key])
     return fields
+
+
+def _logprobs_count(key: str, value: Any) -> bool:
+    """vLLM's logprobs / prompt_logprobs: how many of the most likely tokens to return beside
+    each token's own log prob (0: just its own), or null for none. true / false are taken too."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if value == 0:
+        return True
+    raise ValueError(f"sampling_parameters.{key} must be 0, true, false or null (each token's own log prob; "
+                     f"the most likely alternatives are not returned), got {value!r}")
 
 
 def _guide(inputs: Mapping[str, np.ndarray]) -> Guide | None:

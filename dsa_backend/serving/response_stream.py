@@ -52,6 +52,7 @@ class ResponseStream:
         self.finished = False
         self._last_token_at: float | None = None
         self._logprobs: list[float] = []
+        self._prompt_logprobs: list[float] = []   # until the reply that carries them
         self._cumulative_logprob = 0.0
         self.num_draft_tokens = 0              # cumulative, as the engine counts them
         self.num_accepted_draft_tokens = 0
@@ -79,6 +80,7 @@ class ResponseStream:
         if n:
             self._last_token_at = now
         new_logprobs = [lp for o in outs for lp in o.new_logprobs or ()]
+        self._prompt_logprobs += [lp for o in outs for lp in (o.prompt_logprobs or [None])[1:]]
         self._logprobs += new_logprobs
         cumulative = [o.cumulative_logprob for o in outs if o.cumulative_logprob is not None]
         if cumulative:
@@ -102,7 +104,8 @@ class ResponseStream:
                   "sequence_index": self.index},
             floats={"cum_log_probs": self._cumulative_logprob, "acceptance_rate": self.acceptance_rate},
             log_probs=logprobs if self.request.params.logprobs else [],
-            strings={"finish_reason": reason, "request_id": self.request_id})
+            strings={"finish_reason": reason, "request_id": self.request_id}, prompt_log_probs=self._prompt_logprobs)
+        self._prompt_logprobs = []
         return Reply(outputs, self.finished, new_tokens=n, ttft_s=ttft, itl_s=itl, **spec)
 
     def _count_drafts(self, outs: Sequence[RequestOutput]) -> dict:

@@ -62,6 +62,8 @@ def test_vllm_sampling_parameters_json_is_accepted_and_tensors_override_it():
     ({"sampling_parameters": np.array([b'{"n": 0}'], dtype=object)}, "num_return_sequences"),
     ({"num_return_sequences": np.array([300], np.int32)}, "num_return_sequences"),
     ({"sampling_parameters": np.array([b'{"temperature": "hot"}'], dtype=object)}, "sampling_parameters"),
+    ({"sampling_parameters": np.array([b'{"prompt_logprobs": 5}'], dtype=object)}, "sampling_parameters.prompt_logprobs"),
+    ({"sampling_parameters": np.array([b'{"logprobs": 2}'], dtype=object)}, "sampling_parameters.logprobs"),
 ])
 def test_bad_values_raise_naming_the_field(extra, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
@@ -73,6 +75,18 @@ def test_n_comes_from_num_return_sequences_or_vllm_json_and_the_tensor_wins():
     js = np.array([b'{"n": 4.0}'], dtype=object)
     assert parse_request(inputs(sampling_parameters=js)).params.n == 4
     assert parse_request(inputs(sampling_parameters=js, num_return_sequences=np.array([2], np.int32))).params.n == 2
+
+
+@pytest.mark.parametrize("vllm_value, expected", [(0, True), (True, True), (None, False), (False, False)])
+def test_vllm_logprobs_counts_of_zero_ask_for_each_tokens_own_log_prob(vllm_value, expected):
+    js = np.array([json.dumps({"logprobs": vllm_value, "prompt_logprobs": vllm_value}).encode()], dtype=object)
+    params = parse_request(inputs(sampling_parameters=js)).params
+    assert params.logprobs is expected and params.prompt_logprobs is expected
+
+
+def test_return_prompt_log_probs_asks_for_the_prompts_log_probs():
+    assert not parse_request(inputs()).params.prompt_logprobs
+    assert parse_request(inputs(return_prompt_log_probs=np.array([True]))).params.prompt_logprobs
 
 
 def test_missing_max_tokens_names_the_field():

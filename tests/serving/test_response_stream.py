@@ -149,10 +149,25 @@ def test_the_reply_layout_round_trips_every_field_with_the_dtypes_of_the_ensembl
     assert o["skip_special_tokens"].dtype == bool and o["num_cached_tokens"].dtype == "int32"
     assert np.allclose(o["output_log_probs"], [-0.25, -0.5]) and np.isclose(o["cum_log_probs"][0], -0.75)
     assert np.isclose(o["acceptance_rate"][0], 1 / 3) and o["acceptance_rate"].dtype == "float32"
+    assert o["prompt_log_probs"].shape == (0,) and o["prompt_log_probs"].dtype == "float32"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_prompt_log_probs_come_once_on_the_reply_with_the_first_tokens(tokenizer, stream):
+    request = LLMRequest([5, 6, 7], SamplingParams(max_tokens=4, logprobs=True, prompt_logprobs=True), stream=stream)
+    first = RequestOutput("r", [100], [-0.5], -0.5, False, None, 3, 1, prompt_logprobs=[None, -1.5, -2.5])
+    last = RequestOutput("r", [101], [-0.25], -0.75, True, "length", 3, 2)
+    stream_ = ResponseStream("r", request, tokenizer, arrival=0.0)
+    replies = [stream_.on_output([first], 1.0), stream_.on_output([last], 2.0)]
+    fields = [reply_layout.unpack(r.outputs)[1] for r in replies if r.outputs is not None]
+    assert len(fields) == (2 if stream else 1)
+    assert np.allclose(fields[0]["prompt_log_probs"], [-1.5, -2.5])
+    assert np.allclose(np.concatenate([f["output_log_probs"] for f in fields]), [-0.5, -0.25])
+    assert all(f["prompt_log_probs"].shape == (0,) for f in fields[1:])
 
 
 def test_a_reply_with_missing_fields_is_refused_by_name():
     tensors = {"token_window": np.array([1], dtype=np.int32), "reply_ints": np.zeros(3, dtype=np.int32),
                "reply_floats": np.zeros(2, dtype=np.float32), "reply_strings": np.array([b"", b"r"], dtype=object)}
-    with pytest.raises(ValueError, match="9 ints"):
+    with pytest.raises(ValueError, match="10 ints"):
         reply_layout.unpack(tensors)

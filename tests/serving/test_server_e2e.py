@@ -87,6 +87,19 @@ def test_log_probs_are_returned_when_asked(served):
     assert c.cum_log_prob == pytest.approx(sum(c.output_log_probs), rel=1e-4)
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_prompt_log_probs_are_the_offline_llms_on_the_first_response(served, offline_llm, stream):
+    prompt = PROMPTS["chinese"]
+    c = greedy(served.grpc_url, prompt, 3, return_prompt_log_probs=True, stream=stream)
+    [offline] = offline_llm.generate(prompt, SamplingParams(max_tokens=3, temperature=0, prompt_logprobs=True))
+    assert len(c.prompt_log_probs) == c.num_input_tokens - 1 == len(offline.prompt_logprobs) - 1
+    assert c.prompt_log_probs == pytest.approx(offline.prompt_logprobs[1:], abs=1e-3)
+    assert c.num_cached_tokens == 0        # computed, not read from the cache the other tests filled
+    vllm = greedy(served.grpc_url, prompt, 3, sampling_parameters=json.dumps({"prompt_logprobs": 0}))
+    assert vllm.prompt_log_probs == pytest.approx(c.prompt_log_probs, abs=1e-3)
+    assert greedy(served.grpc_url, prompt, 3).prompt_log_probs == []
+
+
 def test_chat_messages_use_the_chat_template(served):
     messages = json.dumps([{"role": "user", "content": "Hi"}])
     c = greedy(served.grpc_url, "", 4, messages=messages)
