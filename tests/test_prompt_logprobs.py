@@ -96,3 +96,21 @@ def test_the_prefix_cache_stands_in_only_for_positions_whose_logprobs_are_taken(
     s.add(scored)
     (chunk,) = s.schedule()
     assert (chunk.start, chunk.num_tokens) == (8, 12)    # two whole pages hold positions 0 .. 7
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["deepseek_v32", "glm_moe_dsa"])
+def test_prompt_logprobs_on_the_gpu_agree_with_transformers_whole_and_chunked(checkpoint, name):
+    # float32 on the GPU (graphs, overlap, copies behind the steps), prompts of at most index_topk
+    # tokens: every key is selected however the FP8 indexer keys score them, as in transformers
+    path = checkpoint(name)
+    prompts = random_prompts((1, 20, 32), seed=36)
+    for chunk in (16, 2048):
+        with LLM(path, device="cuda", dtype="float32", page_size=16, num_kv_pages=64,
+                 max_num_batched_tokens=chunk) as llm:
+            outputs = llm.generate(prompts, SCORE)
+        for prompt, out in zip(prompts, outputs):
+            expected = transformers_prompt_logprobs(path, prompt)
+            assert len(out.prompt_logprobs) == len(prompt)
+            torch.testing.assert_close(torch.tensor(out.prompt_logprobs[1:]), torch.tensor(expected[1:]),
+                                       rtol=0, atol=1e-3)
