@@ -15,8 +15,11 @@ install: $(PY)
 	$(PY) -m pip install -q -c constraints.txt torch
 	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
 
+# Two workers, each taking whole modules (a module's server fixture stays in one worker), at one
+# OpenMP thread each: with torch's default of a thread a core, the two workers' threads spun
+# against each other on a 2-core machine and the suite crawled. 13 minutes against 19 serially.
 test: install
-	$(PY) -m pytest -q
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
 
 checkpoint: install
 	$(PY) -m dsa_backend.tools.make_checkpoint --arch glm_moe_dsa --preset tiny --out $(CKPT)

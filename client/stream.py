@@ -2,12 +2,14 @@
 
     python -m dsa_client.stream --url 127.0.0.1:8001 --max-tokens 64 "Tell me about sparse attention"
     python -m dsa_client.stream -n 3 --temperature 0.8 "Name a colour"    # three samples, printed at the end
+    python -m dsa_client.stream --score --max-tokens 1 "Some text"         # its log prob and perplexity too
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from dsa_client.grpc_stream import generate_samples
@@ -26,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop", action="append", help="stop string (repeatable)")
     parser.add_argument("--chat", action="store_true", help="send the prompt as a user message (chat template)")
     parser.add_argument("--no-stream", action="store_true", help="one response at the end")
+    parser.add_argument("--score", action="store_true",
+                        help="also print the prompt's log prob and perplexity (return_prompt_log_probs)")
     parser.add_argument("--guide-type", choices=["json", "json_schema", "regex", "ebnf_grammar", "choice"],
                         help="structured output: the guide's kind")
     parser.add_argument("--guide", help="the JSON schema, regex, EBNF grammar or JSON list of choices; "
@@ -41,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         on_delta=(lambda d: print(d, end="", flush=True)) if args.n == 1 else None, temperature=args.temperature,
         top_p=args.top_p, top_k=args.top_k, seed=args.seed, stop_words=args.stop, messages=messages,
         exclude_input_in_output=True, guided_decoding_guide_type=args.guide_type, guided_decoding_guide=guide,
-        num_return_sequences=args.n if args.n != 1 else None)
+        num_return_sequences=args.n if args.n != 1 else None, return_prompt_log_probs=args.score or None)
     failed = False
     for index, completion in enumerate(samples):
         if args.n != 1:
@@ -52,7 +56,16 @@ def main(argv: list[str] | None = None) -> int:
             failed = True
         else:
             print(format_timing(completion), file=sys.stderr)
+            if args.score and index == 0:
+                print(format_score(completion.prompt_log_probs), file=sys.stderr)
     return 1 if failed else 0
+
+
+def format_score(prompt_log_probs: list[float]) -> str:
+    """The prompt's log prob (after its first token, which nothing predicts) and perplexity."""
+    total = sum(prompt_log_probs)
+    perplexity = math.exp(-total / len(prompt_log_probs)) if prompt_log_probs else float("nan")
+    return f"[prompt log prob {total:.4f} over {len(prompt_log_probs)} tokens, perplexity {perplexity:.3f}]"
 
 
 def format_timing(completion) -> str:

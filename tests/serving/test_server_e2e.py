@@ -151,6 +151,18 @@ def test_the_stream_cli_prints_each_of_n_samples(served, offline_llm, capsys):
     assert capsys.readouterr().out == "".join(f"--- sample {i} ---\n{o.text}\n" for i, o in enumerate(offline))
 
 
+def test_the_stream_cli_scores_the_prompt(served, offline_llm, capsys):
+    from dsa_client import stream
+
+    assert stream.main(["--url", served.grpc_url, "--max-tokens", "1", "--score", PROMPTS["english"]]) == 0
+    [offline] = offline_llm.generate(PROMPTS["english"], SamplingParams(max_tokens=1, prompt_logprobs=True))
+    total = sum(offline.prompt_logprobs[1:])
+    found = re.search(r"prompt log prob (\S+) over (\d+) tokens, perplexity ([\d.]+)", capsys.readouterr().err)
+    assert found and int(found[2]) == len(offline.prompt_logprobs) - 1
+    assert float(found[1]) == pytest.approx(total, abs=1e-2)
+    assert float(found[3]) == pytest.approx(np.exp(-total / int(found[2])), rel=1e-3)
+
+
 def test_vllm_guided_decoding_in_sampling_parameters_picks_one_of_the_choices(served):
     choices = ["alpha", "beta", "gamma delta"]
     params = json.dumps({"temperature": 1.0, "seed": 3, "guided_decoding": {"choice": choices}})
