@@ -23,7 +23,7 @@ _SCALAR_TYPES = {
     "temperature": "FP32", "top_k": "INT32", "top_p": "FP32", "min_p": "FP32",
     "repetition_penalty": "FP32", "presence_penalty": "FP32", "frequency_penalty": "FP32",
     "min_tokens": "INT32", "min_length": "INT32", "seed": "UINT64", "random_seed": "UINT64",
-    "end_id": "INT32", "pad_id": "INT32", "beam_width": "INT32", "num_return_sequences": "INT32",
+    "end_id": "INT32", "pad_id": "INT32", "beam_width": "INT32", "num_return_sequences": "INT32", "priority": "INT32",
     "stream": "BOOL", "exclude_input_in_output": "BOOL", "return_log_probs": "BOOL",
     "return_prompt_log_probs": "BOOL",
     "sampling_parameters": "BYTES", "messages": "BYTES",

@@ -332,13 +332,14 @@ class Engine:
                              f"for the KV cache ({free / 2**30:.1f} GiB free of {total / 2**30:.1f})")
         return int(budget // per_page)
 
-    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:
-        """Queue a request; bad input raises ValueError naming the problem."""
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, priority: int = 0) -> None:
+        """Queue a request (a lower priority number is served first: scheduler.py); bad input
+        raises ValueError naming the problem."""
         if request_id in self.sequences:
             raise ValueError(f"request_id {request_id!r} is already in flight")
         self.limits.validate(prompt_ids, params)
-        self._repeat("add_request", request_id, prompt_ids, params)
-        seq = Sequence(request_id, list(prompt_ids), params, next(self._arrivals),
+        self._repeat("add_request", request_id, prompt_ids, params, priority)
+        seq = Sequence(request_id, list(prompt_ids), params, next(self._arrivals), priority=priority,
                        generator=make_generator(params.seed, self.device))
         self.sequences[request_id] = seq
         if params.guided_decoding:

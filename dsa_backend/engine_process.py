@@ -51,14 +51,14 @@ class EngineProcess:
         self._receiver.start()
 
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-               on_output: OutputCallback) -> None:
+               on_output: OutputCallback, priority: int = 0) -> None:
         """Queue a request; raises ValueError now for input that can never be served."""
         if self._refusal:
             raise RuntimeError(self._refusal)
         self.limits.validate(prompt_token_ids, params)
         self._router.register(request_id, on_output)
         try:
-            self._send(("add", request_id, list(prompt_token_ids), params))
+            self._send(("add", request_id, list(prompt_token_ids), params, priority))
         except RuntimeError:
             self._router.discard(request_id)
             raise
@@ -187,9 +187,9 @@ def _serve(conn: Connection, args: EngineArgs, log_level: int) -> None:
             logger.warning("the serving process is gone; shutting the engine down")
             command = ("shutdown", 10.0)
         if command[0] == "add":
-            _, request_id, prompt_token_ids, params = command
+            _, request_id, prompt_token_ids, params, priority = command
             try:
-                runner.queue_request(request_id, prompt_token_ids, params)   # checked there
+                runner.queue_request(request_id, prompt_token_ids, params, priority)   # checked there
             except RuntimeError as exc:   # this engine is shutting down
                 on_step([error_output(request_id, len(prompt_token_ids), str(exc))], runner.stats())
         elif command[0] == "abort":

@@ -45,28 +45,32 @@ class LLM:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None
-                 ) -> list[CompletionOutput]:
+    def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
+                 priority: list[int] | None = None) -> list[CompletionOutput]:
         """prompts: a string, a list of token ids, or a list of either. One output per prompt, in
-        order; n of them for a prompt sampled n times (SamplingParams.n), by index."""
+        order; n of them for a prompt sampled n times (SamplingParams.n), by index. priority: one
+        a prompt, a lower number served first (0 each by default)."""
         if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         params = sampling_params or SamplingParams()
         params = params if isinstance(params, list) else [params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"got {len(params)} sampling_params for {len(prompts)} prompts")
+        priority = priority or [0] * len(prompts)
+        if len(priority) != len(prompts):
+            raise ValueError(f"got {len(priority)} priorities for {len(prompts)} prompts")
         ids = [self.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
         # (request id, prompt, the sample's params, its index), prompt by prompt
         requests = []
-        for prompt, p in zip(ids, params):
+        for prompt, p, rank in zip(ids, params, priority):
             for index, sample in enumerate(p.samples()):
-                requests.append((f"llm-{self._next_id}", prompt, sample, index))
+                requests.append((f"llm-{self._next_id}", prompt, sample, index, rank))
                 self._next_id += 1
         outputs: dict[str, list] = {r[0]: [] for r in requests}
         detok = {rid: IncrementalDetokenizer(self.tokenizer, p.stop, p.include_stop_str_in_output,
-                                             p.skip_special_tokens) for rid, _, p, _ in requests}
-        for rid, prompt, p, _ in requests:
-            self.engine.add_request(rid, prompt, p)
+                                             p.skip_special_tokens) for rid, _, p, _, _ in requests}
+        for rid, prompt, p, _, rank in requests:
+            self.engine.add_request(rid, prompt, p, rank)
         finished: dict[str, str] = {}
         while len(finished) < len(requests):
             for out in self.engine.step():
@@ -78,7 +82,7 @@ class LLM:
                     self.engine.abort(out.request_id)
                     finished[out.request_id] = "stop"
         results = []
-        for rid, prompt, p, index in requests:
+        for rid, prompt, p, index, _ in requests:
             steps = outputs[rid]
             logprobs = [lp for o in steps for lp in (o.new_logprobs or [])] if p.logprobs else None
             results.append(CompletionOutput(

@@ -80,18 +80,19 @@ class EngineRunner:
         self._thread.start()
 
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-               on_output: OutputCallback) -> None:
+               on_output: OutputCallback, priority: int = 0) -> None:
         """Queue a request; raises ValueError now for input that can never be served."""
         self.engine.limits.validate(prompt_token_ids, params)
         self._router.register(request_id, on_output)
-        self.queue_request(request_id, prompt_token_ids, params)
+        self.queue_request(request_id, prompt_token_ids, params, priority)
 
-    def queue_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def queue_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                      priority: int = 0) -> None:
         """Queue a request checked elsewhere: the engine answers bad input with an error output
         (to on_step, or to a callback submit registered)."""
         if self._stopping.is_set():
             raise RuntimeError("the engine is shutting down")
-        self._commands.put(("add", request_id, list(prompt_token_ids), params))
+        self._commands.put(("add", request_id, list(prompt_token_ids), params, priority))
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
@@ -133,9 +134,9 @@ class EngineRunner:
                 return
             block = False
             if command[0] == "add":
-                _, rid, ids, params = command
+                _, rid, ids, params, priority = command
                 try:
-                    self.engine.add_request(rid, ids, params)
+                    self.engine.add_request(rid, ids, params, priority)
                 except ValueError as exc:
                     self._deliver([error_output(rid, len(ids), str(exc))])
             elif command[0] == "abort":

@@ -15,6 +15,12 @@ A waiting request whose prompt's next pages are being computed by a running requ
 samples of one prompt, a burst of requests behind one long system prompt) waits for them to be
 cached instead of computing them a second time, when they are at least half of what it has left
 to compute; it does not block the requests behind it.
+Priorities (a lower number first, 0 by default, as vLLM's): requests wait in priority order, then
+arrival; running requests take the budget in priority order; the request retracted for pages is
+the lowest-priority one, the newest among those; and a waiting request that outranks a running
+one but finds no running slot or not enough free pages for its first chunk retracts running
+requests of lower priority, lowest and newest first, until it can start (the check counts pages
+as if none of its prompt were cached, so a cached prompt may retract one request too many).
 """
 
 from __future__ import annotations
@@ -59,7 +65,21 @@ class Scheduler:
         self._computing: dict[bytes, Sequence] = {}  # page key -> the running request computing it
 
     def add(self, seq: Sequence) -> None:
-        self.waiting.append(seq)
+        """Queue behind every waiting request of its priority or a higher one."""
+        if not self.waiting or self.waiting[-1].priority <= seq.priority:
+            self.waiting.append(seq)   # the common case, without a scan
+        else:
+            self._insert_before(seq, lambda w: w.priority > seq.priority)
+
+    def _requeue(self, seq: Sequence) -> None:
+        """Queue a request that ran before at the front of its priority."""
+        if not self.waiting or self.waiting[0].priority >= seq.priority:
+            self.waiting.appendleft(seq)
+        else:
+            self._insert_before(seq, lambda w: w.priority >= seq.priority)
+
+    def _insert_before(self, seq: Sequence, first_after) -> None:
+        self.waiting.insert(next((i for i, w in enumerate(self.waiting) if first_after(w)), len(self.waiting)), seq)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -70,7 +90,8 @@ class Scheduler:
         if self.pages.enabled:
             for seq in self.running:
                 self._cache_full_pages(seq)
-        for seq in list(self.running):
+        self._make_room_for_priority()
+        for seq in sorted(self.running, key=lambda s: s.priority):
             if budget == 0:
                 break
             if seq not in self.running:  # retracted while making room for an earlier one
@@ -126,8 +147,7 @@ class Scheduler:
         """Give seq pages for num_tokens, retracting later requests if needed; False if seq itself went."""
         need = pages_needed(num_tokens, self.page_size) - len(seq.pages)
         while need > 0 and need > self.pages.num_available:
-            victims = [s for s in self.running if s not in protect]
-            victim = max(victims, key=lambda s: s.arrival)
+            victim = max((s for s in self.running if s not in protect), key=_retraction_order)
             self.retract(victim)
             if victim is seq:
                 return False
@@ -142,7 +162,7 @@ class Scheduler:
         seq.num_computed = 0
         seq.draft = None
         seq.status = SequenceStatus.WAITING
-        self.waiting.appendleft(seq)
+        self._requeue(seq)
         self.num_retractions += 1
 
     def finish(self, seq: Sequence, reason: str) -> None:
@@ -155,6 +175,19 @@ class Scheduler:
         seq.pending_rows = []  # tokens sampled after the end are dropped
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
+
+    def _make_room_for_priority(self) -> None:
+        """Retract running requests that the first waiting request outranks, lowest priority and
+        newest first, while it finds no running slot or too few free pages for its first chunk."""
+        while self.waiting and self.running:
+            head = self.waiting[0]
+            victim = max(self.running, key=_retraction_order)
+            first_chunk = min(head.num_tokens, self.max_batched_tokens)
+            if victim.priority <= head.priority or (
+                    len(self.running) < self.max_running
+                    and pages_needed(first_chunk, self.page_size) <= self.pages.num_available):
+                return
+            self.retract(victim)
 
     def _match_prefix(self, seq: Sequence) -> None:
         """Start a waiting request after its cached prefix; its last token is always computed (its
@@ -214,3 +247,8 @@ class Scheduler:
         self.pages.release(seq.pages, seq.num_held_pages)
         seq.pages = []
         seq.num_held_pages = 0
+
+
+def _retraction_order(seq: Sequence) -> tuple[int, int]:
+    """The request retracted first is the largest: the lowest priority, then the newest."""
+    return seq.priority, seq.arrival

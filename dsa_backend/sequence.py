@@ -37,6 +37,7 @@ class Sequence:
     prompt_ids: list[int]
     params: SamplingParams
     arrival: int
+    priority: int = 0               # a lower number is served first (scheduler.py)
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
     # prompt_logprobs: the logprobs of prompt tokens 1 .. num_prompt_logprobs, one part a chunk,

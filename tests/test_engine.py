@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from checkpoints import random_prompts
@@ -171,3 +173,24 @@ def test_a_tight_pool_evicts_cached_pages_and_every_request_still_completes_corr
     stats = small.stats()
     assert stats["prefix_cache_hit_tokens"] > 0 and stats["kv_pages_free"] == 8
     assert small.scheduler.pages.num_cached <= 8
+
+
+def test_priorities_order_the_requests_and_an_urgent_one_retracts_a_running_one(path):
+    prompts = random_prompts([20, 24, 28, 18], seed=24)
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    expected = run_all(make_engine(path), {f"r{i}": (p, params) for i, p in enumerate(prompts)})
+    engine = make_engine(path, max_running_requests=2)
+    for i, priority in enumerate((3, 3, 1)):
+        engine.add_request(f"r{i}", prompts[i], params, priority)
+    tokens, finished = {f"r{i}": [] for i in range(4)}, []
+    for step in itertools.count():
+        if step == 3:   # r2 (priority 1) and r0 run; r3 outranks both and retracts r0, the lower of the two
+            engine.add_request("r3", prompts[3], params, priority=0)
+        for out in engine.step():
+            tokens[out.request_id] += out.new_token_ids
+            if out.finished:
+                finished.append(out.request_id)
+        if len(finished) == 4:
+            break
+    assert finished[:2] == ["r2", "r3"] and engine.scheduler.num_retractions == 1
+    assert tokens == expected      # the retracted request computes its output again, unchanged

@@ -202,3 +202,60 @@ def test_nothing_is_held_back_without_prefix_caching():
     s.add(a)
     s.add(b)
     assert [ch.seq for ch in s.schedule()] == [a, b]
+
+
+def ranked(i: int, prompt_len: int, priority: int) -> Sequence:
+    return Sequence(f"r{i}", list(range(100 * i, 100 * i + prompt_len)), SamplingParams(max_tokens=4), arrival=i,
+                    priority=priority)
+
+
+def test_requests_wait_in_priority_order_then_arrival():
+    s = Scheduler(PageAllocator(32), page_size=4, max_running=1, max_batched_tokens=64)
+    late, early, urgent, also_urgent = ranked(0, 4, 1), ranked(1, 4, 1), ranked(2, 4, -3), ranked(3, 4, -3)
+    for r in (late, early, urgent, also_urgent):
+        s.add(r)
+    assert list(s.waiting) == [urgent, also_urgent, late, early]
+
+
+def test_an_outranking_request_retracts_the_lowest_priority_newest_running_one_for_a_slot():
+    s = Scheduler(PageAllocator(32), page_size=4, max_running=3, max_batched_tokens=64)
+    low_old, low_new, mid = ranked(0, 4, 5), ranked(1, 4, 5), ranked(2, 4, 1)
+    for r in (low_old, low_new, mid):
+        s.add(r)
+    compute(s.schedule())
+    urgent = ranked(3, 4, 0)
+    s.add(urgent)
+    chunks = s.schedule()
+    assert [ch.seq for ch in chunks if ch.start == 0] == [urgent]
+    assert list(s.waiting) == [low_new] and s.num_retractions == 1 and low_new.pages == []
+    # one of the running ones' lowest priority waits: it never retracts
+    peer = ranked(4, 4, 5)
+    s.add(peer)
+    compute(chunks)
+    assert peer not in [ch.seq for ch in s.schedule()] and s.num_retractions == 1
+
+
+def test_an_outranking_request_retracts_lower_ones_until_its_first_chunk_has_pages():
+    s = Scheduler(PageAllocator(6), page_size=4, max_running=8, max_batched_tokens=64)
+    a, b, c = ranked(0, 8, 2), ranked(1, 8, 3), ranked(2, 8, 3)        # two pages each: the pool is full
+    for r in (a, b, c):
+        s.add(r)
+    compute(s.schedule())
+    urgent = ranked(3, 16, 0)                                           # needs four pages
+    s.add(urgent)
+    chunks = s.schedule()
+    assert urgent in [ch.seq for ch in chunks] and a in s.running
+    assert list(s.waiting) == [b, c]                                    # c first, then b: b is older
+
+
+def test_pages_for_a_running_request_come_from_the_lowest_priority_one():
+    alloc = PageAllocator(4)
+    s = Scheduler(alloc, page_size=4, max_running=8, max_batched_tokens=64)
+    old_low, new_high = ranked(0, 8, 9), ranked(1, 8, 0)
+    s.add(old_low)
+    s.add(new_high)
+    compute(s.schedule())
+    for r in (old_low, new_high):
+        r.output_ids.append(1)
+    chunks = s.schedule()       # new_high's 9th token needs a page: old_low goes, though older
+    assert [ch.seq for ch in chunks] == [new_high] and list(s.waiting) == [old_low]

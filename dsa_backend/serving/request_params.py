@@ -47,6 +47,7 @@ class LLMRequest:
     params: SamplingParams
     stream: bool = False
     exclude_input_in_output: bool = False
+    priority: int = 0               # a lower number is served first (dsa_backend/scheduler.py)
 
 
 def parse_request(inputs: Mapping[str, np.ndarray]) -> LLMRequest:
@@ -58,6 +59,9 @@ def parse_request(inputs: Mapping[str, np.ndarray]) -> LLMRequest:
     if beam_width is not None and beam_width != 1:
         raise ValueError(f"beam_width must be 1 (beam search is not supported), got {beam_width}")
     fields = _sampling_parameters(inputs.get("sampling_parameters"))
+    priority = _scalar(inputs, "priority", "iu")
+    if priority is not None and not -2**31 <= priority < 2**31:
+        raise ValueError(f"priority must be a 32-bit integer, got {priority}")
     for name, (field, kinds) in _SCALARS.items():
         value = _scalar(inputs, name, kinds)
         if value is not None:
@@ -88,7 +92,7 @@ def parse_request(inputs: Mapping[str, np.ndarray]) -> LLMRequest:
         # A JSON value of the wrong type (a string temperature, say) fails inside the checks.
         raise ValueError(f"sampling_parameters has a value of the wrong type: {e}") from None
     return LLMRequest(prompt, params, stream=flags["stream"],
-                      exclude_input_in_output=flags["exclude_input_in_output"])
+                      exclude_input_in_output=flags["exclude_input_in_output"], priority=priority or 0)
 
 
 def _sampling_parameters(array: np.ndarray | None) -> dict[str, Any]:

@@ -117,3 +117,10 @@ def test_tensorrtllm_guide_tensors_and_vllm_guided_decoding_json_become_a_guide(
 def test_bad_guides_raise_naming_the_problem(extra, message):
     with pytest.raises(ValueError, match=message):
         parse_request(inputs(**{k: np.array(v, dtype=object) for k, v in extra.items()}))
+
+
+def test_priority_comes_from_its_tensor_and_defaults_to_zero():
+    assert parse_request(inputs()).priority == 0
+    assert parse_request(inputs(priority=np.array([-7], np.int32))).priority == -7
+    with pytest.raises(ValueError, match="priority"):
+        parse_request(inputs(priority=np.array([1.5], np.float32)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from dsa_backend import LLM, SamplingParams
@@ -29,3 +30,34 @@ def test_overloaded_pool_queues_or_retracts_but_loses_nothing(served, checkpoint
     assert all(c.num_output_tokens == 24 and c.finish_reason == "length" for c in served_out)
     assert metric("dsa_requests_total", finish_reason="length") == len(prompts)
     assert metric("dsa_retractions_total") is not None     # how many depends on the scheduler
+
+
+def test_an_urgent_request_goes_ahead_of_running_ones_and_ends_before_them(served, metric):
+    # Two long requests of priority 5 fill the pool (7 pages each at the end, of 8) and retract each
+    # other; one of priority -1 sent then goes ahead of them (it waits ahead of a retracted one, or
+    # retracts one itself) and ends first. Without priorities it ended after one of them.
+    deep_in, ended = threading.Event(), []
+    responses = [0]
+
+    def heard(_delta):
+        responses[0] += 1
+        if responses[0] >= 40:
+            deep_in.set()
+
+    def send(name, prompt, max_tokens, priority, on_delta=None):
+        c = generate(served.grpc_url, prompt, max_tokens, temperature=0.0, priority=priority, on_delta=on_delta,
+                     timeout_s=300)
+        ended.append((name, c))
+
+    retractions = metric("dsa_retractions_total") or 0
+    background = [threading.Thread(target=send, args=(f"low{i}", f"Background job {i}: a long report", 100, 5,
+                                                      heard if i == 0 else None)) for i in range(2)]
+    for t in background:
+        t.start()
+    assert deep_in.wait(120)
+    send("urgent", "Urgent: answer now", 8, -1)
+    for t in background:
+        t.join(300)
+    assert [name for name, _ in ended][0] == "urgent"
+    assert all(c.error is None and c.finish_reason == "length" for _, c in ended)
+    assert metric("dsa_retractions_total") > retractions
