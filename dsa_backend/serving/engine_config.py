@@ -49,6 +49,14 @@ def max_responses_per_s(params: dict[str, str]) -> float:
     return rate
 
 
+def max_queued_requests(params: dict[str, str]) -> int | None:
+    """How many requests may wait for the engine before dsa_llm refuses new ones (None: no limit)."""
+    limit = _optional_int(params, "max_queued_requests")
+    if limit is not None and limit < 0:
+        raise ValueError(f"max_queued_requests must be 0 or more, or none (no limit), got {limit}")
+    return limit
+
+
 def speculative_settings(params: dict[str, str]) -> dict:
     """EngineArgs' speculative_* fields; checked here already, before any weights are loaded."""
     algorithm = params.get("speculative_algorithm", "").strip()

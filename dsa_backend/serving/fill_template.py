@@ -40,6 +40,7 @@ DEFAULTS = {
     "tensor_parallel_size": "1",          # GPUs sharing each layer, from the instance's GPU on
     "shutdown_timeout_s": "10",
     "max_responses_per_s": "1000",        # dsa_llm's streamed responses a second, all requests (0: no limit)
+    "max_queued_requests": "none",        # requests waiting for the engine before new ones are refused
     "speculative_algorithm": "",          # empty: no speculative decoding; mtp or eagle: the MTP layer drafts
     "speculative_num_steps": "1",
     "speculative_eagle_topk": "1",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsa_backend.serving.engine_config import engine_args, max_responses_per_s
+from dsa_backend.serving.engine_config import engine_args, max_queued_requests, max_responses_per_s
 from dsa_backend.serving.fill_template import DEFAULTS
 
 # What fill_template writes by default (placeholders of dsa_llm's config.pbtxt).
@@ -113,3 +113,12 @@ def test_max_responses_per_s_is_a_non_negative_number():
     for bad in ("-1", "fast", "inf", "nan"):
         with pytest.raises(ValueError, match="max_responses_per_s must be a number"):
             max_responses_per_s({"max_responses_per_s": bad})
+
+
+def test_max_queued_requests_is_none_or_a_non_negative_integer():
+    assert max_queued_requests(FILLED) is None
+    assert max_queued_requests({"max_queued_requests": "0"}) == 0
+    assert max_queued_requests({"max_queued_requests": " 256 "}) == 256
+    for bad in ("-1", "many"):
+        with pytest.raises(ValueError, match="max_queued_requests"):
+            max_queued_requests({"max_queued_requests": bad})

@@ -57,6 +57,10 @@ class _Active:
             runner.abort(self.engine_ids[index])
 
 
+class Overloaded(ValueError):
+    """A request refused because max_queued_requests are waiting already."""
+
+
 class TritonPythonModel:
     def initialize(self, args):
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -69,6 +73,7 @@ class TritonPythonModel:
             device = "cpu"
         self.shutdown_timeout_s = float(params.get("shutdown_timeout_s", "10"))
         self.max_responses_per_s = engine_config.max_responses_per_s(params)
+        self.max_queued_requests = engine_config.max_queued_requests(params)
         engine_args = engine_config.engine_args(params, device)     # ValueError naming a bad setting
         logger.info("dsa_llm: starting the engine with %s", engine_args)
         # The engine's steps must not share this process's GIL with the sender (engine_process.py).
@@ -91,6 +96,8 @@ class TritonPythonModel:
             sender = request.get_response_sender()
             try:
                 self._submit(request, sender)
+            except Overloaded as e:
+                self._send_error(sender, str(e), finish_reason="rejected")
             except ValueError as e:
                 self._send_error(sender, str(e))
             except Exception as e:     # an engine bug must not escape execute and hang the client
@@ -111,6 +118,7 @@ class TritonPythonModel:
         if self.draining.is_set():
             raise ValueError("the server is shutting down and takes no new requests")
         parsed = parse_request(inputs)
+        self._refuse_when_the_queue_is_full()
         request_id = f"{request.request_id() or 'req'}-{uuid.uuid4().hex[:12]}"
         samples = parsed.params.samples()
         engine_ids = [request_id] if len(samples) == 1 else [f"{request_id}/{i}" for i in range(len(samples))]
@@ -284,8 +292,19 @@ class TritonPythonModel:
         except Exception:
             logger.warning("dsa_llm: reading engine stats failed", exc_info=True)
 
-    def _send_error(self, sender, message: str) -> None:
-        self.metrics.request_finished("error")
+    def _refuse_when_the_queue_is_full(self) -> None:
+        """max_queued_requests: a new request is refused while that many samples wait for the engine
+        (in flight here and not in its running batch; the batch's size is the last step's)."""
+        if self.max_queued_requests is None:
+            return
+        with self.lock:
+            waiting = self.num_streams - int(self.runner.stats().get("running", 0))
+        if waiting >= self.max_queued_requests:
+            raise Overloaded(f"the server is overloaded: {waiting} requests wait for the engine "
+                             f"(max_queued_requests={self.max_queued_requests}); retry later")
+
+    def _send_error(self, sender, message: str, finish_reason: str = "error") -> None:
+        self.metrics.request_finished(finish_reason)
         try:
             sender.send(triton_io.error_response(message), flags=FINAL)
         except Exception:
