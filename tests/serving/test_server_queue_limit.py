@@ -19,7 +19,8 @@ def test_a_request_past_the_queue_limit_is_refused_and_the_others_are_served(ser
         results[name] = generate(served.grpc_url, f"Request {name}", max_tokens, temperature=0.0,
                                  on_delta=on_delta, timeout_s=300)
 
-    running = threading.Thread(target=send, args=("running", 150, lambda _: first_token.set()))
+    # long enough to still run when the refused one comes, on a loaded machine too
+    running = threading.Thread(target=send, args=("running", 400, lambda _: first_token.set()))
     running.start()
     assert first_token.wait(120)
     queued = threading.Thread(target=send, args=("queued", 8))
