@@ -2,6 +2,7 @@
 
 Each row goes through these stages in order, every stage seeing what the previous one left:
   0. a guided request's grammar (guided.py): every token it does not allow next -> -inf.
+  0b. logit_bias: each listed token's bias added to its logit.
   1. bans -> -inf: each one-token bad word; the last token of a longer bad word when the context
      (prompt + output) ends with the rest of it; and, while fewer than min_tokens outputs exist,
      the tokens that would stop the request (stop_token_ids, and eos unless ignore_eos).
@@ -77,6 +78,9 @@ def check_vocab(params: SamplingParams, vocab_size: int) -> None:
     for t in params.stop_token_ids:
         if t >= vocab_size:
             raise ValueError(f"stop_token_ids must be in [0, {vocab_size}), got {t}")
+    for t, _ in params.logit_bias:
+        if not 0 <= t < vocab_size:
+            raise ValueError(f"logit_bias token ids must be in [0, {vocab_size}), got {t}")
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,9 @@ class SamplingBatch:
     allowed: torch.Tensor | None  # [batch, vocab] bool, the tokens guides allow; None when no row is guided
     ban_rows: torch.Tensor | None  # [bans] int64, with ban_tokens: the (row, token) set to -inf
     ban_tokens: torch.Tensor | None  # [bans] int64
+    bias_rows: torch.Tensor | None  # [biases] int64, with bias_tokens and bias_values: logit_bias
+    bias_tokens: torch.Tensor | None  # [biases] int64
+    bias_values: torch.Tensor | None  # [biases] float32
     penalties: Penalties | None  # None when no row has a penalty
     seeded: tuple[tuple[int, torch.Generator], ...]  # (row, generator) of seeded sampled rows
     all_greedy: bool
@@ -145,6 +152,8 @@ class SamplingBatch:
             return to_device(torch.tensor(values, dtype=dtype), device)
 
         has_bans = bool(ban_tokens)
+        biases = [(i, token, value) for i, p in enumerate(params) for token, value in p.logit_bias]
+        bias_rows, bias_tokens, bias_values = zip(*biases) if biases else ((), (), ())
         return cls(
             vocab_size=vocab_size,
             temperature=put([0.0 if p.greedy else max(p.temperature, _MIN_TEMPERATURE)
@@ -157,6 +166,9 @@ class SamplingBatch:
                      if token_bitmask is not None else None),
             ban_rows=put(ban_rows, torch.int64) if has_bans else None,
             ban_tokens=put(ban_tokens, torch.int64) if has_bans else None,
+            bias_rows=put(bias_rows, torch.int64) if biases else None,
+            bias_tokens=put(bias_tokens, torch.int64) if biases else None,
+            bias_values=put(bias_values, torch.float32) if biases else None,
             penalties=_penalties(rows, vocab_size, device, pending, counts),
             seeded=tuple((i, row.generator) for i, row in enumerate(rows)
                          if sampled[i] and row.generator is not None),
@@ -190,9 +202,12 @@ def sample(logits: torch.Tensor, batch: SamplingBatch,
 
 
 def process_logits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-    """Stages 0-3 (guides, bans, repetition, frequency/presence) on [batch, vocab] float32, out of place."""
+    """Stages 0-3 (guides, logit_bias, bans, repetition, frequency/presence) on [batch, vocab]
+    float32, out of place."""
     if batch.allowed is not None:
         logits = logits.masked_fill(~batch.allowed, -math.inf)
+    if batch.bias_rows is not None:
+        logits = logits.index_put((batch.bias_rows, batch.bias_tokens), batch.bias_values, accumulate=True)
     if batch.ban_rows is not None:
         logits = logits.index_put((batch.ban_rows, batch.ban_tokens),
                                   logits.new_full((), -math.inf))

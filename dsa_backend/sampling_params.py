@@ -30,6 +30,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    # (token id, bias) pairs added to those tokens' logits (OpenAI's and vLLM's logit_bias, a
+    # {token id: bias} dict is taken too); -100 all but bans a token, 100 all but forces it
+    logit_bias: tuple[tuple[int, float], ...] = ()
     ignore_eos: bool = False
     logprobs: bool = False
     prompt_logprobs: bool = False           # each prompt token's logprob under the raw logits (scoring)
@@ -46,6 +49,7 @@ class SamplingParams:
                 value = (value,)
             object.__setattr__(self, name, tuple(value or ()))
         object.__setattr__(self, "bad_words_ids", tuple(tuple(w) for w in self.bad_words_ids or ()))
+        object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
         if self.guided_decoding is not None and not isinstance(self.guided_decoding, Guide):
             object.__setattr__(self, "guided_decoding", Guide.from_vllm(self.guided_decoding))
         _check(isinstance(self.max_tokens, int) and self.max_tokens >= 1,
@@ -99,6 +103,18 @@ class SamplingParams:
         """Whether sampling looks at the output so far: min_tokens, bad words or a penalty."""
         return (self.min_tokens > 0 or bool(self.bad_words_ids) or self.repetition_penalty != 1
                 or self.frequency_penalty != 0 or self.presence_penalty != 0)
+
+
+def _bias_pairs(bias) -> tuple[tuple[int, float], ...]:
+    """logit_bias as sorted (token id, bias) pairs; JSON's string keys ("123") are token ids too."""
+    items = bias.items() if isinstance(bias, dict) else bias or ()
+    try:
+        pairs = tuple(sorted((int(token), float(value)) for token, value in items))
+    except (TypeError, ValueError):
+        raise ValueError(f"logit_bias must map token ids to numbers, got {bias!r}") from None
+    _check(all(-100 <= value <= 100 for _, value in pairs), "logit_bias values must be in [-100, 100]")
+    _check(len({token for token, _ in pairs}) == len(pairs), "logit_bias names a token id twice")
+    return pairs
 
 
 def _check(ok: bool, message: str) -> None:

@@ -194,3 +194,12 @@ def test_priorities_order_the_requests_and_an_urgent_one_retracts_a_running_one(
             break
     assert finished[:2] == ["r2", "r3"] and engine.scheduler.num_retractions == 1
     assert tokens == expected      # the retracted request computes its output again, unchanged
+
+
+def test_a_logit_bias_steers_every_step_and_the_request_without_it_is_unchanged(path):
+    prompts = random_prompts([12, 12], seed=25)
+    plain = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    steered = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True, logit_bias={4242: 100})
+    expected = run_all(make_engine(path), {"plain": (prompts[1], plain)})
+    got = run_all(make_engine(path), {"steered": (prompts[0], steered), "plain": (prompts[1], plain)})
+    assert got["steered"] == [4242] * 6 and got["plain"] == expected["plain"]

@@ -229,6 +229,30 @@ def test_a_bad_word_is_never_matched_against_output_tokens_not_read_back():
                             pending=torch.tensor([3]))
 
 
+def test_logit_bias_is_added_before_the_repetition_penalty_and_only_to_its_rows():
+    logits = torch.tensor([[2.0, -2.0, 0.0], [2.0, -2.0, 0.0]])
+    batch = build(row(output=[0], repetition_penalty=2.0, logit_bias={"0": 2.0, 2: -1.5}), row(), vocab=3)
+    # token 0: (2 + 2) / 2 (seen); token 2: 0 - 1.5
+    assert process_logits(logits, batch).tolist() == [[2.0, -2.0, -1.5], [2.0, -2.0, 0.0]]
+
+
+def test_a_logit_bias_of_100_makes_greedy_pick_its_token():
+    logits = torch.tensor([[5.0, 0.0, -3.0, 1.0]])
+    assert sample(logits, build(row(temperature=0, logit_bias={2: 100}), vocab=4)).token_ids.tolist() == [2]
+
+
+@pytest.mark.parametrize("bias, message", [({"x": 1}, "map token ids"), ({1: 101}, r"\[-100, 100\]"),
+                                           ([(1, 1), (1, 2)], "twice")])
+def test_bad_logit_bias_is_refused_naming_it(bias, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(logit_bias=bias)
+
+
+def test_logit_bias_outside_the_vocabulary_is_rejected():
+    with pytest.raises(ValueError, match="logit_bias"):
+        build(row(logit_bias={VOCAB: 1.0}))
+
+
 def test_bad_word_outside_the_vocabulary_is_rejected():
     with pytest.raises(ValueError, match="bad_words_ids"):
         build(row(bad_words_ids=[[1, VOCAB]]))

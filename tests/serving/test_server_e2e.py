@@ -100,6 +100,13 @@ def test_prompt_log_probs_are_the_offline_llms_on_the_first_response(served, off
     assert greedy(served.grpc_url, prompt, 3).prompt_log_probs == []
 
 
+def test_a_vllm_logit_bias_steers_the_text_as_the_offline_llms(served, offline_llm):
+    bias = {"1002": 8.0, "3003": -100}
+    c = greedy(served.grpc_url, PROMPTS["english"], 8, sampling_parameters=json.dumps({"logit_bias": bias}))
+    [offline] = offline_llm.generate(PROMPTS["english"], SamplingParams(max_tokens=8, temperature=0, logit_bias=bias))
+    assert c.text == offline.text and c.text != greedy(served.grpc_url, PROMPTS["english"], 8).text
+
+
 def test_chat_messages_use_the_chat_template(served):
     messages = json.dumps([{"role": "user", "content": "Hi"}])
     c = greedy(served.grpc_url, "", 4, messages=messages)
