@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int)
     parser.add_argument("--seed", type=int)
     parser.add_argument("-n", type=int, default=1, help="samples of the prompt (num_return_sequences)")
+    parser.add_argument("--priority", type=int, help="a lower number is served first (default 0)")
     parser.add_argument("--stop", action="append", help="stop string (repeatable)")
     parser.add_argument("--chat", action="store_true", help="send the prompt as a user message (chat template)")
     parser.add_argument("--no-stream", action="store_true", help="one response at the end")
@@ -45,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         on_delta=(lambda d: print(d, end="", flush=True)) if args.n == 1 else None, temperature=args.temperature,
         top_p=args.top_p, top_k=args.top_k, seed=args.seed, stop_words=args.stop, messages=messages,
         exclude_input_in_output=True, guided_decoding_guide_type=args.guide_type, guided_decoding_guide=guide,
-        num_return_sequences=args.n if args.n != 1 else None, return_prompt_log_probs=args.score or None)
+        num_return_sequences=args.n if args.n != 1 else None, return_prompt_log_probs=args.score or None,
+        priority=args.priority)
     failed = False
     for index, completion in enumerate(samples):
         if args.n != 1:

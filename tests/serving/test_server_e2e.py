@@ -161,7 +161,8 @@ def test_the_stream_cli_prints_each_of_n_samples(served, offline_llm, capsys):
 def test_the_stream_cli_scores_the_prompt(served, offline_llm, capsys):
     from dsa_client import stream
 
-    assert stream.main(["--url", served.grpc_url, "--max-tokens", "1", "--score", PROMPTS["english"]]) == 0
+    assert stream.main(["--url", served.grpc_url, "--max-tokens", "1", "--score", "--priority", "-2",
+                        PROMPTS["english"]]) == 0
     [offline] = offline_llm.generate(PROMPTS["english"], SamplingParams(max_tokens=1, prompt_logprobs=True))
     total = sum(offline.prompt_logprobs[1:])
     found = re.search(r"prompt log prob (\S+) over (\d+) tokens, perplexity ([\d.]+)", capsys.readouterr().err)
