@@ -25,7 +25,7 @@ _SCALAR_TYPES = {
     "min_tokens": "INT32", "min_length": "INT32", "seed": "UINT64", "random_seed": "UINT64",
     "end_id": "INT32", "pad_id": "INT32", "beam_width": "INT32", "num_return_sequences": "INT32", "priority": "INT32",
     "stream": "BOOL", "exclude_input_in_output": "BOOL", "return_log_probs": "BOOL",
-    "return_prompt_log_probs": "BOOL",
+    "return_prompt_log_probs": "BOOL", "num_top_log_probs": "INT32",
     "sampling_parameters": "BYTES", "messages": "BYTES",
     "guided_decoding_guide_type": "BYTES", "guided_decoding_guide": "BYTES",
 }
@@ -46,6 +46,10 @@ class Completion:
     cum_log_prob: float | None = None
     output_log_probs: list[float] = field(default_factory=list)
     prompt_log_probs: list[float] = field(default_factory=list)   # of prompt tokens 1 .. n-1, when asked
+    # num_top_log_probs N: N entries a token, most likely first
+    top_token_ids: list[int] = field(default_factory=list)
+    top_log_probs: list[float] = field(default_factory=list)
+    top_tokens: list[str] = field(default_factory=list)
     draft_tokens: int = 0              # speculative decoding, cumulative (0 when the server does not draft)
     accepted_draft_tokens: int = 0
     error: str | None = None
@@ -164,7 +168,10 @@ def _add_response(completion: Completion, result) -> None:
     cum = result.as_numpy("cum_log_probs")
     if cum is not None:
         completion.cum_log_prob = float(cum.reshape(-1)[0])
-    for output in ("output_log_probs", "prompt_log_probs"):
-        logprobs = result.as_numpy(output)
-        if logprobs is not None:
-            getattr(completion, output).extend(logprobs.reshape(-1).tolist())
+    for output in ("output_log_probs", "prompt_log_probs", "top_token_ids", "top_log_probs"):
+        values = result.as_numpy(output)
+        if values is not None:
+            getattr(completion, output).extend(values.reshape(-1).tolist())
+    tokens = result.as_numpy("top_tokens")
+    if tokens is not None:
+        completion.top_tokens += [t.decode("utf-8", errors="replace") for t in tokens.reshape(-1)]

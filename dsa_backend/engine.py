@@ -11,6 +11,7 @@ import itertools
 import logging
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import torch
 
@@ -24,7 +25,7 @@ from dsa_backend.models import load_model
 from dsa_backend.models.model import ForwardOutput
 from dsa_backend.parallel import TensorParallel, join_group, listen, shares_one_gpu
 from dsa_backend.sampling import (SamplingBatch, SamplingRow, check_vocab, make_generator, process_logits,
-                                  sample, sampling_probs)
+                                  sample, sampling_probs, token_logprobs)
 from dsa_backend.sampling_params import SamplingParams
 from dsa_backend.scheduler import ScheduledChunk, Scheduler
 from dsa_backend.sequence import Sequence, with_pending_tokens
@@ -111,7 +112,28 @@ class _SampledStep:
 
     seqs: list[Sequence]        # row i's request
     token_ids: torch.Tensor     # [rows] on the device
-    host: HostCopy              # token ids, logprobs (None unless asked for)
+    host: HostCopy              # token ids, then TokenLogprobs' three (None unless asked for)
+
+
+class Logprob(NamedTuple):
+    """An output token's logprob, and the most likely tokens' (token id, logprob) there when the
+    request asked for top_logprobs (else empty)."""
+
+    value: float
+    top: tuple[tuple[int, float], ...]
+
+
+_NO_LOGPROBS = (None, None, None)     # TokenLogprobs' three, for a step that computed none
+
+
+def logprobs_at(params: SamplingParams, host: list[list | None], row: int) -> Logprob | None:
+    """Row `row` of a step's TokenLogprobs read back (chosen, top values, top ids), for a request
+    with these params; None when the step computed none."""
+    chosen, top_values, top_ids = host
+    if chosen is None:
+        return None
+    k = params.top_logprobs
+    return Logprob(chosen[row], tuple(zip(top_ids[row][:k], top_values[row][:k])) if k else ())
 
 
 @dataclass(frozen=True)
@@ -133,6 +155,8 @@ class RequestOutput:
     # SamplingParams.prompt_logprobs: one a prompt token, None for the first (nothing predicts it);
     # on the output that carries the request's first tokens
     prompt_logprobs: list[float | None] | None = None
+    # SamplingParams.top_logprobs: for each new token, the most likely tokens' (token id, logprob)
+    new_top_logprobs: list[tuple[tuple[int, float], ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -439,7 +463,7 @@ class Engine:
         sampled = sample(logits, sampling, self.generator)
         for row, seq in enumerate(seqs):
             seq.pending_rows.append(row)
-        return _SampledStep(seqs, sampled.token_ids, HostCopy(sampled.token_ids, sampled.logprobs))
+        return _SampledStep(seqs, sampled.token_ids, HostCopy(sampled.token_ids, *(sampled.logprobs or _NO_LOGPROBS)))
 
     def _take_prompt_logprobs(self, chunks: list[ScheduledChunk], hidden: torch.Tensor) -> None:
         """The logprob of each prompt token a chunk's positions predict, for the requests that ask
@@ -466,12 +490,12 @@ class Engine:
         (aborted, or stopped by its token before) has its token dropped."""
         if sampled is None:
             return []
-        tokens, logprobs = sampled.host.wait()
+        tokens, *logprobs = sampled.host.wait()
         outputs = []
-        for seq, token, logprob in zip(sampled.seqs, tokens, logprobs or [None] * len(tokens)):
+        for row, (seq, token) in enumerate(zip(sampled.seqs, tokens)):
             if not seq.is_finished:
                 seq.pending_rows.pop(0)
-                outputs.append(self._append(seq, [token], [logprob]))
+                outputs.append(self._append(seq, [token], [logprobs_at(seq.params, logprobs, row)]))
         return outputs
 
     def _speculative_step(self, chunks: list[ScheduledChunk], batch: ForwardBatch,
@@ -513,7 +537,7 @@ class Engine:
         argmax = processed.argmax(dim=-1).tolist() if sampling.any_greedy else None
         decided = {i: verdicts[i] if i in verdicts else accept_greedy(argmax[r:r + trees[i].num_nodes], trees[i])
                    for i, r in first_row.items()}
-        logprobs = self._emitted_logprobs(processed, first_row, decided, sampling.return_logprobs)
+        logprobs = self._emitted_logprobs(processed, first_row, decided, sampling, chunks)
         outputs = []
         for i, (path, tokens) in decided.items():
             compact_accepted_path(self.cache, batch, i, chunks[i].start, path)
@@ -545,21 +569,19 @@ class Engine:
             probs = sampling_probs(processed, sampling).view(len(chunks), n, -1)
             accepted, tokens = judge_chains(probs, drafts, *draws)
         tokens = tokens.flatten()
-        logprobs = None
-        if sampling.return_logprobs:
-            logprobs = processed.gather(1, tokens.unsqueeze(1)).squeeze(1) - processed.logsumexp(dim=-1)
-        host = HostCopy(accepted, tokens, logprobs)
+        logprobs = token_logprobs(processed, tokens, sampling.top_logprobs) if sampling.return_logprobs else None
+        host = HostCopy(accepted, tokens, *(logprobs or _NO_LOGPROBS))
         seqs = [chunk.seq for chunk in chunks]
         # pages for the most a verify accepts and the drafts after it
         wants = [self.scheduler.reserve(seq, seq.num_computed + self.spec.num_steps + self.spec.lookahead)
                  for seq in seqs]
         unread = self.drafter.draft_verified_chains(seqs, [c.start for c in chunks], out, tokens, accepted)
-        accepted, tokens, logprobs = host.wait()
+        accepted, tokens, *logprobs = host.wait()
         outputs = []
         for i, chunk in enumerate(chunks):
-            emitted = slice(i * n, i * n + accepted[i] + 1)
-            outputs.append(self._take_accepted(chunk, list(range(1, accepted[i] + 1)), tokens[emitted],
-                                               logprobs[emitted] if logprobs else [None] * (accepted[i] + 1)))
+            emitted = range(i * n, i * n + accepted[i] + 1)
+            outputs.append(self._take_accepted(chunk, list(range(1, accepted[i] + 1)), tokens[i * n: emitted.stop],
+                                               [logprobs_at(chunk.seq.params, logprobs, r) for r in emitted]))
             chunk.seq.draft = None
             if wants[i] and not chunk.seq.is_finished:
                 unread.hand_to(chunk.seq, i)
@@ -567,7 +589,7 @@ class Engine:
         return outputs
 
     def _take_accepted(self, chunk: ScheduledChunk, path: list[int], tokens: list[int],
-                       logprobs: list[float | None]) -> RequestOutput:
+                       logprobs: list[Logprob | None]) -> RequestOutput:
         """Keep the accepted drafts' KV (in place behind the root by now) and emit the tokens."""
         seq = chunk.seq
         seq.num_computed += len(path)
@@ -577,16 +599,20 @@ class Engine:
 
     @staticmethod
     def _emitted_logprobs(processed: torch.Tensor, first_row: dict[int, int],
-                          decided: dict[int, tuple[list[int], list[int]]], wanted: bool) -> dict[int, list]:
-        """Each emitted token's log-probability under its node's target row, in one gather (None
-        for every token when no request asked for logprobs)."""
-        if not wanted:
+                          decided: dict[int, tuple[list[int], list[int]]], sampling: SamplingBatch,
+                          chunks: list[ScheduledChunk]) -> dict[int, list]:
+        """Each emitted token's logprob under its node's target row, in one gather (None for every
+        token when no request asked for logprobs)."""
+        if not sampling.return_logprobs:
             return {i: [None] * len(tokens) for i, (_, tokens) in decided.items()}
         at = [(first_row[i] + node, t) for i, (path, tokens) in decided.items() for node, t in zip([0] + path, tokens)]
         rows = torch.tensor([r for r, _ in at], device=processed.device)
-        picked = processed[rows, torch.tensor([t for _, t in at], device=processed.device)]
-        values = iter((picked - processed[rows].logsumexp(dim=-1)).tolist())
-        return {i: [next(values) for _ in tokens] for i, (_, tokens) in decided.items()}
+        picked = token_logprobs(processed[rows], torch.tensor([t for _, t in at], device=processed.device),
+                                sampling.top_logprobs)
+        host = HostCopy(*picked).wait()
+        row = itertools.count()
+        return {i: [logprobs_at(chunks[i].seq.params, host, next(row)) for _ in tokens]
+                for i, (_, tokens) in decided.items()}
 
     def _with_read_drafts(self, chunks: list[ScheduledChunk]) -> list[ScheduledChunk]:
         """The chunks with their drafts' token ids on the host, once the verify step that takes
@@ -638,14 +664,14 @@ class Engine:
             batch.input_ids = with_pending_tokens(batch.input_ids, self._unread_drafts.token_ids)
         return batch
 
-    def _append(self, seq: Sequence, tokens: list[int], logprobs: list[float | None]) -> RequestOutput:
+    def _append(self, seq: Sequence, tokens: list[int], logprobs: list[Logprob | None]) -> RequestOutput:
         """Append tokens in order until one stops the request."""
         new, new_logprobs = [], []
         for token, logprob in zip(tokens, logprobs):
             seq.output_ids.append(token)
             new.append(token)
             if logprob is not None:
-                seq.output_logprobs.append(logprob)
+                seq.output_logprobs.append(logprob.value)
                 new_logprobs.append(logprob)
             reason = self._stop_reason(seq, token)
             if seq.matcher is not None and not seq.matcher.accept_token(token):
@@ -668,7 +694,7 @@ class Engine:
             return "length"
         return None
 
-    def _output(self, seq: Sequence, new_ids: list[int], new_logprobs: list[float]) -> RequestOutput:
+    def _output(self, seq: Sequence, new_ids: list[int], new_logprobs: list[Logprob]) -> RequestOutput:
         want = seq.params.logprobs
         prompt_logprobs = None
         if seq.params.prompt_logprobs and new_ids and len(new_ids) == len(seq.output_ids):  # the first tokens
@@ -676,7 +702,8 @@ class Engine:
             seq.prompt_logprob_parts = []
         return RequestOutput(
             request_id=seq.request_id, new_token_ids=new_ids,
-            new_logprobs=new_logprobs if want else None,
+            new_logprobs=[lp.value for lp in new_logprobs] if want else None,
+            new_top_logprobs=[lp.top for lp in new_logprobs] if seq.params.top_logprobs else None,
             cumulative_logprob=sum(seq.output_logprobs) if want else None,
             finished=seq.is_finished, finish_reason=seq.finish_reason,
             num_prompt_tokens=len(seq.prompt_ids), num_output_tokens=len(seq.output_ids),

@@ -24,6 +24,8 @@ class CompletionOutput:
     index: int = 0                    # which of its prompt's n samples (SamplingParams.n)
     # SamplingParams.prompt_logprobs: one a prompt token, None for the first; on sample 0 only
     prompt_logprobs: list[float | None] | None = None
+    # SamplingParams.top_logprobs: for each token, the most likely tokens' (token id, logprob)
+    top_logprobs: list[tuple[tuple[int, float], ...]] | None = None
 
 
 class LLM:
@@ -85,10 +87,12 @@ class LLM:
         for rid, prompt, p, index, _ in requests:
             steps = outputs[rid]
             logprobs = [lp for o in steps for lp in (o.new_logprobs or [])] if p.logprobs else None
+            top = [t for o in steps for t in (o.new_top_logprobs or [])] if p.top_logprobs else None
             results.append(CompletionOutput(
                 prompt_token_ids=prompt, token_ids=[t for o in steps for t in o.new_token_ids],
                 text=detok[rid].text, finish_reason=finished[rid],
                 cumulative_logprob=steps[-1].cumulative_logprob, logprobs=logprobs,
                 num_cached_tokens=steps[-1].num_cached_tokens, error=steps[-1].error, index=index,
-                prompt_logprobs=next((o.prompt_logprobs for o in steps if o.prompt_logprobs is not None), None)))
+                prompt_logprobs=next((o.prompt_logprobs for o in steps if o.prompt_logprobs is not None), None),
+                top_logprobs=top))
         return results

@@ -9,8 +9,9 @@ Each row goes through these stages in order, every stage seeing what the previou
   2. repetition_penalty over prompt + output tokens: positive logits divided, the rest multiplied.
   3. frequency and presence penalties over output tokens: logit -= f * count + p * (count > 0).
   The result is the *processed* logits. Greedy rows (temperature 0) take their argmax, lowest
-  index on ties. Logprobs are log_softmax(processed)[chosen token]: after bans and penalties,
-  before temperature and truncation, so greedy and sampled rows report the same quantity.
+  index on ties. Logprobs are log_softmax(processed)[chosen token], and top_logprobs that row's
+  largest entries: after bans and penalties, before temperature and truncation, so greedy and
+  sampled rows report the same quantity.
   4. sampled rows: divide by temperature; keep the top_k largest (ties by lowest index), then the
      smallest prefix whose probability reaches top_p (on the top-k renormalized distribution),
      then the tokens whose probability is >= min_p times the largest; draw one.
@@ -57,9 +58,17 @@ class SamplingRow(NamedTuple):
     key: Hashable | None = None
 
 
+class TokenLogprobs(NamedTuple):
+    """Logprobs of a step's rows under their processed logits, on the device."""
+
+    chosen: torch.Tensor                # [rows] float32, each row's chosen token's
+    top_values: torch.Tensor | None     # [rows, k] float32, the k most likely tokens', most likely first
+    top_ids: torch.Tensor | None        # [rows, k] int64; both None when no row asks (k 0)
+
+
 class SamplerOutput(NamedTuple):
     token_ids: torch.Tensor  # [batch] int64, on the logits' device
-    logprobs: torch.Tensor | None  # [batch] float32; None when no row asked for logprobs
+    logprobs: TokenLogprobs | None  # None when no row asked for logprobs or top_logprobs
 
 
 def make_generator(seed: int | None, device: torch.device | str) -> torch.Generator | None:
@@ -120,7 +129,8 @@ class SamplingBatch:
     any_unseeded_sampled: bool
     use_sorted_filters: bool  # a sampled row has top_k or top_p
     use_min_p: bool  # a sampled row has min_p
-    return_logprobs: bool
+    return_logprobs: bool     # a row asked for logprobs or top_logprobs
+    top_logprobs: int         # the rows' largest top_logprobs
 
     @property
     def size(self) -> int:
@@ -178,7 +188,8 @@ class SamplingBatch:
             use_sorted_filters=any(s and (0 < p.top_k < vocab_size or p.top_p < 1)
                                    for s, p in zip(sampled, params)),
             use_min_p=any(s and p.min_p > 0 for s, p in zip(sampled, params)),
-            return_logprobs=any(p.logprobs for p in params),
+            return_logprobs=any(p.logprobs or p.top_logprobs for p in params),
+            top_logprobs=max((p.top_logprobs for p in params), default=0),
         )
 
 
@@ -195,10 +206,18 @@ def sample(logits: torch.Tensor, batch: SamplingBatch,
         token_ids = _draw(processed, batch, generator)
         if batch.any_greedy:
             token_ids = torch.where(batch.temperature == 0, processed.argmax(dim=-1), token_ids)
-    logprobs = None
-    if batch.return_logprobs:
-        logprobs = processed.log_softmax(dim=-1).gather(1, token_ids.unsqueeze(1)).squeeze(1)
+    logprobs = token_logprobs(processed, token_ids, batch.top_logprobs) if batch.return_logprobs else None
     return SamplerOutput(token_ids, logprobs)
+
+
+def token_logprobs(processed: torch.Tensor, token_ids: torch.Tensor, top: int) -> TokenLogprobs:
+    """log_softmax of processed logits [rows, vocab] at token_ids [rows], and each row's `top`
+    largest entries."""
+    log_probs = processed.log_softmax(dim=-1)
+    chosen = log_probs.gather(1, token_ids.unsqueeze(1)).squeeze(1)
+    if not top:
+        return TokenLogprobs(chosen, None, None)
+    return TokenLogprobs(chosen, *log_probs.topk(top, dim=-1))
 
 
 def process_logits(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:

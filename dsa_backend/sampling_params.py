@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from dsa_backend.guided import Guide
 
 MAX_SAMPLES = 256   # n: a bound on how many requests one request may become
+MAX_TOP_LOGPROBS = 20   # OpenAI's bound
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     ignore_eos: bool = False
     logprobs: bool = False
+    # the most likely tokens at each output position, with their logprobs (OpenAI's top_logprobs,
+    # vLLM's logprobs count), 0 to MAX_TOP_LOGPROBS
+    top_logprobs: int = 0
     prompt_logprobs: bool = False           # each prompt token's logprob under the raw logits (scoring)
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
@@ -67,6 +71,8 @@ class SamplingParams:
                f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}")
         _check(isinstance(self.min_tokens, int) and 0 <= self.min_tokens <= self.max_tokens,
                f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens!r}")
+        _check(isinstance(self.top_logprobs, int) and 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS,
+               f"top_logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {self.top_logprobs!r}")
         _check(isinstance(self.n, int) and 1 <= self.n <= MAX_SAMPLES,
                f"n (num_return_sequences) must be an integer in [1, {MAX_SAMPLES}], got {self.n!r}")
         _check(self.seed is None or isinstance(self.seed, int),

@@ -62,7 +62,7 @@ def test_greedy_row_gives_the_same_token_and_logprob_alone_and_in_a_batch_of_32(
     batched = sample(logits, build(*others[:17], target_row, *others[17:], vocab=vocab))
 
     assert batched.token_ids[17] == alone.token_ids[0]
-    assert torch.equal(batched.logprobs[17], alone.logprobs[0])
+    assert torch.equal(batched.logprobs.chosen[17], alone.logprobs.chosen[0])
 
 
 def test_greedy_rows_draw_no_random_numbers():
@@ -312,8 +312,19 @@ def test_logprobs_are_log_softmax_of_the_penalized_logits_at_the_chosen_token():
     penalized = logits.clone()
     penalized[:, 3] = torch.where(logits[:, 3] > 0, logits[:, 3] / 2, logits[:, 3] * 2)
     expected = penalized.log_softmax(dim=-1).gather(1, out.token_ids.unsqueeze(1)).squeeze(1)
-    torch.testing.assert_close(out.logprobs, expected)
-    assert out.logprobs.dtype == torch.float32
+    torch.testing.assert_close(out.logprobs.chosen, expected)
+    assert out.logprobs.chosen.dtype == torch.float32 and out.logprobs.top_values is None
+
+
+def test_top_logprobs_are_each_rows_largest_penalized_logprobs_to_the_batchs_largest_count():
+    logits = torch.randn(2, VOCAB, generator=torch.Generator().manual_seed(5))
+    batch = build(row(prompt=[3], temperature=0, repetition_penalty=2.0, top_logprobs=3), row(top_logprobs=1))
+    out = sample(logits, batch, torch.Generator().manual_seed(0))
+    penalized = logits.clone()
+    penalized[0, 3] = penalized[0, 3] / 2 if penalized[0, 3] > 0 else penalized[0, 3] * 2
+    values, ids = penalized.log_softmax(dim=-1).topk(3, dim=-1)
+    torch.testing.assert_close(out.logprobs.top_values, values)
+    assert torch.equal(out.logprobs.top_ids, ids)
 
 
 def test_logprobs_are_none_when_no_row_asks_for_them():

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from dsa_backend.guided import Guide
-from dsa_backend.sampling_params import SamplingParams
+from dsa_backend.sampling_params import MAX_TOP_LOGPROBS, SamplingParams
 
 _PARAM_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}
 # Input tensor -> (SamplingParams field, numpy kinds accepted). Aliases follow tensorrtllm_backend.
@@ -33,6 +33,7 @@ _SCALARS = {
     "seed": ("seed", "iu"),
     "random_seed": ("seed", "iu"),
     "num_return_sequences": ("n", "iu"),
+    "num_top_log_probs": ("top_logprobs", "iu"),
 }
 _FLAGS = ("stream", "exclude_input_in_output", "return_log_probs", "return_prompt_log_probs")
 # vllm_backend options that are not sampling parameters, and what this server supports of them.
@@ -115,9 +116,13 @@ def _sampling_parameters(array: np.ndarray | None) -> dict[str, Any]:
     unknown = sorted(set(fields) - _PARAM_FIELDS)
     if unknown:
         raise ValueError(f"sampling_parameters has unknown keys {unknown}; known: {sorted(_PARAM_FIELDS)}")
-    for key in ("logprobs", "prompt_logprobs"):
-        if key in fields:
-            fields[key] = _logprobs_count(key, fields[key])
+    if "logprobs" in fields:      # vLLM's count: the token's own log prob and that many alternatives
+        count = _logprobs_count("logprobs", fields["logprobs"], MAX_TOP_LOGPROBS)
+        fields["logprobs"] = count is not None
+        if count:
+            fields["top_logprobs"] = count
+    if "prompt_logprobs" in fields:
+        fields["prompt_logprobs"] = _logprobs_count("prompt_logprobs", fields["prompt_logprobs"], 0) is not None
     for key in ("max_tokens", "top_k", "min_tokens", "seed", "n"):
         # JSON numbers like 16.0 are fine; 16.5 is not an integer.
         if isinstance(fields.get(key), float) and fields[key].is_integer():
@@ -125,15 +130,20 @@ def _sampling_parameters(array: np.ndarray | None) -> dict[str, Any]:
     return fields
 
 
-def _logprobs_count(key: str, value: Any) -> bool:
+def _logprobs_count(key: str, value: Any, most: int) -> int | None:
     """vLLM's logprobs / prompt_logprobs: how many of the most likely tokens to return beside
-    each token's own log prob (0: just its own), or null for none. true / false are taken too."""
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    if value == 0:
-        return True
-    raise ValueError(f"sampling_parameters.{key} must be 0, true, false or null (each token's own log prob; "
-                     f"the most likely alternatives are not returned), got {value!r}")
+    each token's own log prob (0: just its own), or null for none; true / false are taken too.
+    None: no log probs."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or not 0 <= value <= most:
+        raise ValueError(f"sampling_parameters.{key} must be null, true, false or an integer in [0, {most}] "
+                         f"(the most likely alternatives returned beside each token's own log prob), got {value!r}")
+    return value
 
 
 def _guide(inputs: Mapping[str, np.ndarray]) -> Guide | None:

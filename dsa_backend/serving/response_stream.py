@@ -53,6 +53,7 @@ class ResponseStream:
         self._last_token_at: float | None = None
         self._logprobs: list[float] = []
         self._prompt_logprobs: list[float] = []   # until the reply that carries them
+        self._top_logprobs: list[tuple[int, float]] = []   # (token id, log prob) pairs not sent yet
         self._cumulative_logprob = 0.0
         self.num_draft_tokens = 0              # cumulative, as the engine counts them
         self.num_accepted_draft_tokens = 0
@@ -81,6 +82,7 @@ class ResponseStream:
             self._last_token_at = now
         new_logprobs = [lp for o in outs for lp in o.new_logprobs or ()]
         self._prompt_logprobs += [lp for o in outs for lp in (o.prompt_logprobs or [None])[1:]]
+        self._top_logprobs += [pair for o in outs for top in o.new_top_logprobs or () for pair in top]
         self._logprobs += new_logprobs
         cumulative = [o.cumulative_logprob for o in outs if o.cumulative_logprob is not None]
         if cumulative:
@@ -104,8 +106,9 @@ class ResponseStream:
                   "sequence_index": self.index},
             floats={"cum_log_probs": self._cumulative_logprob, "acceptance_rate": self.acceptance_rate},
             log_probs=logprobs if self.request.params.logprobs else [],
-            strings={"finish_reason": reason, "request_id": self.request_id}, prompt_log_probs=self._prompt_logprobs)
-        self._prompt_logprobs = []
+            strings={"finish_reason": reason, "request_id": self.request_id}, prompt_log_probs=self._prompt_logprobs,
+            top_log_probs=self._top_logprobs)
+        self._prompt_logprobs, self._top_logprobs = [], []
         return Reply(outputs, self.finished, new_tokens=n, ttft_s=ttft, itl_s=itl, **spec)
 
     def _count_drafts(self, outs: Sequence[RequestOutput]) -> dict:

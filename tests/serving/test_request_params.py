@@ -63,7 +63,8 @@ def test_vllm_sampling_parameters_json_is_accepted_and_tensors_override_it():
     ({"num_return_sequences": np.array([300], np.int32)}, "num_return_sequences"),
     ({"sampling_parameters": np.array([b'{"temperature": "hot"}'], dtype=object)}, "sampling_parameters"),
     ({"sampling_parameters": np.array([b'{"prompt_logprobs": 5}'], dtype=object)}, "sampling_parameters.prompt_logprobs"),
-    ({"sampling_parameters": np.array([b'{"logprobs": 2}'], dtype=object)}, "sampling_parameters.logprobs"),
+    ({"sampling_parameters": np.array([b'{"logprobs": 21}'], dtype=object)}, "sampling_parameters.logprobs"),
+    ({"num_top_log_probs": np.array([21], np.int32)}, "top_logprobs"),
 ])
 def test_bad_values_raise_naming_the_field(extra, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
@@ -82,6 +83,14 @@ def test_vllm_logprobs_counts_of_zero_ask_for_each_tokens_own_log_prob(vllm_valu
     js = np.array([json.dumps({"logprobs": vllm_value, "prompt_logprobs": vllm_value}).encode()], dtype=object)
     params = parse_request(inputs(sampling_parameters=js)).params
     assert params.logprobs is expected and params.prompt_logprobs is expected
+
+
+def test_a_vllm_logprobs_count_or_num_top_log_probs_asks_for_that_many_most_likely_tokens():
+    js = np.array([b'{"logprobs": 5}'], dtype=object)
+    params = parse_request(inputs(sampling_parameters=js)).params
+    assert params.logprobs and params.top_logprobs == 5
+    params = parse_request(inputs(num_top_log_probs=np.array([3], np.int32))).params
+    assert not params.logprobs and params.top_logprobs == 3
 
 
 def test_return_prompt_log_probs_asks_for_the_prompts_log_probs():

@@ -150,6 +150,17 @@ def test_the_reply_layout_round_trips_every_field_with_the_dtypes_of_the_ensembl
     assert np.allclose(o["output_log_probs"], [-0.25, -0.5]) and np.isclose(o["cum_log_probs"][0], -0.75)
     assert np.isclose(o["acceptance_rate"][0], 1 / 3) and o["acceptance_rate"].dtype == "float32"
     assert o["prompt_log_probs"].shape == (0,) and o["prompt_log_probs"].dtype == "float32"
+    assert o["top_token_ids"].shape == (0,) and o["top_log_probs"].shape == (0,)
+
+
+def test_top_log_probs_travel_token_by_token_beside_the_output_log_probs(tokenizer):
+    request = LLMRequest([5, 6], SamplingParams(max_tokens=4, logprobs=True, top_logprobs=2), stream=True)
+    out = RequestOutput("r", [100, 101], [-0.25, -0.5], -0.75, False, None, 2, 2,
+                        new_top_logprobs=[((100, -0.25), (7, -2.0)), ((129279, -0.5), (101, -0.75))])
+    _, o, _ = reply_layout.unpack(ResponseStream("r", request, tokenizer, arrival=0.0).on_output([out], 1.0).outputs)
+    assert o["top_token_ids"].tolist() == [100, 7, 129279, 101] and o["top_token_ids"].dtype == "int32"
+    assert np.allclose(o["top_log_probs"], [-0.25, -2.0, -0.5, -0.75])
+    assert np.allclose(o["output_log_probs"], [-0.25, -0.5])
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -169,5 +180,5 @@ def test_prompt_log_probs_come_once_on_the_reply_with_the_first_tokens(tokenizer
 def test_a_reply_with_missing_fields_is_refused_by_name():
     tensors = {"token_window": np.array([1], dtype=np.int32), "reply_ints": np.zeros(3, dtype=np.int32),
                "reply_floats": np.zeros(2, dtype=np.float32), "reply_strings": np.array([b"", b"r"], dtype=object)}
-    with pytest.raises(ValueError, match="10 ints"):
+    with pytest.raises(ValueError, match="11 ints"):
         reply_layout.unpack(tensors)

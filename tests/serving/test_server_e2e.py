@@ -107,6 +107,18 @@ def test_a_vllm_logit_bias_steers_the_text_as_the_offline_llms(served, offline_l
     assert c.text == offline.text and c.text != greedy(served.grpc_url, PROMPTS["english"], 8).text
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_top_log_probs_are_the_offline_llms_with_each_tokens_text(served, offline_llm, tokenizer, stream):
+    c = greedy(served.grpc_url, PROMPTS["english"], 5, num_top_log_probs=3, stream=stream)
+    [offline] = offline_llm.generate(PROMPTS["english"], SamplingParams(max_tokens=5, temperature=0, top_logprobs=3))
+    assert c.top_token_ids == [t for top in offline.top_logprobs for t, _ in top]
+    assert c.top_log_probs == pytest.approx([v for top in offline.top_logprobs for _, v in top], abs=1e-3)
+    assert c.top_tokens == [tokenizer.decode([t], skip_special_tokens=False) for t in c.top_token_ids]
+    assert c.output_log_probs == []                       # not asked for
+    vllm = greedy(served.grpc_url, PROMPTS["english"], 5, sampling_parameters=json.dumps({"logprobs": 3}))
+    assert vllm.top_token_ids == c.top_token_ids and len(vllm.output_log_probs) == 5
+
+
 def test_chat_messages_use_the_chat_template(served):
     messages = json.dumps([{"role": "user", "content": "Hi"}])
     c = greedy(served.grpc_url, "", 4, messages=messages)

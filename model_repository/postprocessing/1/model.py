@@ -37,7 +37,9 @@ class TritonPythonModel:
                     responses.append(self._cancelled(request_id))
                     continue
                 skip = bool(fields.pop("skip_special_tokens")[0])
-                outputs = {"text_output": triton_io.strings([window_text(self.tokenizer, window, skip)])}
+                outputs = {"text_output": triton_io.strings([window_text(self.tokenizer, window, skip)]),
+                           "out_top_tokens": triton_io.strings([self.tokenizer.decode([t], skip_special_tokens=False)
+                                                                for t in fields["top_token_ids"].tolist()])}
                 outputs.update({f"out_{name}": value for name, value in fields.items()})
                 responses.append(triton_io.response(outputs))
             except Exception as e:     # never let an exception escape execute
