@@ -580,7 +580,7 @@ class Engine:
         outputs = []
         for i, chunk in enumerate(chunks):
             emitted = range(i * n, i * n + accepted[i] + 1)
-            outputs.append(self._take_accepted(chunk, list(range(1, accepted[i] + 1)), tokens[i * n: emitted.stop],
+            outputs.append(self._take_accepted(chunk, list(range(1, accepted[i] + 1)), tokens[emitted.start:emitted.stop],
                                                [logprobs_at(chunk.seq.params, logprobs, r) for r in emitted]))
             chunk.seq.draft = None
             if wants[i] and not chunk.seq.is_finished:

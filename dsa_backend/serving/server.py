@@ -23,6 +23,9 @@ from dsa_backend.serving.install import ServerInstall, find_server
 
 logger = logging.getLogger(__name__)
 _DRAIN_GRACE_S = 0.5
+# Ports.free's ports are free when chosen, not when tritonserver binds them: another process (a
+# second server started at the same moment) can take one in between. Chosen ports are tried anew.
+_PORT_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class TritonServer:
                  exit_timeout_s: int = 10, install: ServerInstall | None = None, extra_args: tuple = (),
                  address: str = "127.0.0.1"):
         self.repository = Path(repository)
+        self.chooses_ports = ports is None
         self.ports = ports or Ports.free()
         self.log_file = Path(log_file) if log_file else self.repository.parent / "tritonserver.log"
         self.exit_timeout_s = exit_timeout_s
@@ -68,6 +72,20 @@ class TritonServer:
         return f"http://127.0.0.1:{self.ports.metrics}/metrics"
 
     def start(self, ready_timeout_s: float = 300) -> "TritonServer":
+        """Start and wait until ready; ports this server chose (Ports.free) that another process
+        took meanwhile are chosen again, up to _PORT_ATTEMPTS times."""
+        for _ in range(_PORT_ATTEMPTS - 1):
+            log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
+            try:
+                return self._start(ready_timeout_s)
+            except RuntimeError:     # it exited
+                if not (self.chooses_ports and b"already in use" in self.log_file.read_bytes()[log_start:]):
+                    raise
+                logger.warning("a port of %s was taken before tritonserver bound it; trying others", self.ports)
+                self.ports = Ports.free()
+        return self._start(ready_timeout_s)
+
+    def _start(self, ready_timeout_s: float) -> "TritonServer":
         cmd = [str(self.install.binary), f"--model-repository={self.repository}",
                f"--backend-directory={self.install.backend_dir}",
                f"--http-address={self.address}", f"--grpc-address={self.address}",

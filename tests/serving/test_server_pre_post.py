@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import urllib.request
 
 import numpy as np
 import pytest
@@ -107,6 +109,23 @@ def test_stop_kills_the_whole_process_group(tokenizer_dir, tmp_path):
     assert server.stop(timeout_s=20) is not None
     with pytest.raises(ProcessLookupError):
         os.killpg(pgid, 0)      # signal 0: does any process of the group exist?
+
+
+def test_a_chosen_port_taken_before_the_server_binds_it_is_chosen_again(tokenizer_dir, tmp_path):
+    # as when another server starting at the same moment takes it (two test workers did)
+    repo = fill(tokenizer_dir, tmp_path / "model_repository", models=("postprocessing",))
+    server = TritonServer(repo, exit_timeout_s=2)
+    taken = server.ports.metrics
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        try:
+            server.start(ready_timeout_s=120)
+            assert server.ports.metrics != taken
+            assert urllib.request.urlopen(server.metrics_url, timeout=10).status == 200
+        finally:
+            server.stop(timeout_s=20)
+    assert b"already in use" in server.log_file.read_bytes()
 
 
 def test_start_fails_fast_with_the_server_log_when_models_do_not_load(tmp_path):
