@@ -477,7 +477,7 @@ class Engine:
             if seq.params.prompt_logprobs and start < end:
                 targets = to_device(torch.tensor(seq.prompt_ids[start + 1: end + 1]), self.device)
                 rows = hidden[row + start - chunk.start: row + end - chunk.start]
-                seq.prompt_logprob_parts.append(HostCopy(self.model.token_logprobs(rows, targets)))
+                seq.prompt_logprob_parts.append(HostCopy(self.model.head_logprobs(rows, targets)))
                 seq.num_prompt_logprobs = end
             row += chunk.num_tokens + chunk.num_drafts
 

@@ -3,6 +3,8 @@ through chunked prefill, the prefix cache, retraction and n samples."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -21,12 +23,16 @@ def engine(path, **kw) -> LLM:
     return LLM(path, device="cpu", dtype="float32", page_size=16, **kw)
 
 
-@torch.no_grad()
-def transformers_prompt_logprobs(path, prompt: list[int]) -> list[float | None]:
+@functools.cache
+def transformers_model(path):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    logprobs = model(torch.tensor([prompt])).logits[0].float().log_softmax(dim=-1)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+@torch.no_grad()
+def transformers_prompt_logprobs(path, prompt: list[int]) -> list[float | None]:
+    logprobs = transformers_model(path)(torch.tensor([prompt])).logits[0].float().log_softmax(dim=-1)
     return [None] + logprobs[:-1].gather(1, torch.tensor(prompt[1:])[:, None]).squeeze(1).tolist()
 
 

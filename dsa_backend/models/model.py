@@ -95,7 +95,7 @@ class DsaForCausalLM(nn.Module):
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return torch.nn.functional.linear(hidden, weight).float()
 
-    def token_logprobs(self, hidden: torch.Tensor, token_ids: torch.Tensor, rows_a_piece: int = 256) -> torch.Tensor:
+    def head_logprobs(self, hidden: torch.Tensor, token_ids: torch.Tensor, rows_a_piece: int = 256) -> torch.Tensor:
         """[rows] float32: log p(token_ids[i]) under the raw logits of hidden[i], a piece of rows at
         a time (a prompt chunk's logits over the whole vocabulary would take GBs)."""
         parts = []
