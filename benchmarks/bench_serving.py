@@ -122,13 +122,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="model repository parameter for both sides (max_running_requests defaults to the "
-                             "largest concurrency)")
+                             "largest concurrency; data_parallel_size to 1, and the engine alone is always one)")
     parser.add_argument("--repository", default="runs/bench_serving/model_repository")
     parser.add_argument("--timeout-s", type=float, default=600, help="per served request")
     parser.add_argument("--json", help="also write the JSON line here")
     args = parser.parse_args()
 
-    sets = {"max_running_requests": str(max(args.concurrency)), **parse_sets(args.set)}
+    sets = {"max_running_requests": str(max(args.concurrency)), "data_parallel_size": "1", **parse_sets(args.set)}
     settings = {**DEFAULTS, **sets, "model_dir": str(Path(args.model).resolve())}
     device = settings["device"] if settings["device"] != "auto" else ("cuda:0" if torch.cuda.is_available() else "cpu")
     load = workloads(args)
@@ -141,6 +141,7 @@ def main() -> None:
         alone[c] = engine_level(engine, [tokenizer.encode(r.prompt) for r in timed], args.output_len, c)
         print(f"engine alone, concurrency {c}: {alone[c]['output_tokens_per_s']:.1f} tok/s", flush=True)
     resolved = {k: str(v) for k, v in asdict(engine.args).items()}
+    engine.close()     # its other tensor-parallel ranks would hold their GPUs through the served side
     del engine
     gc.collect()
     if torch.cuda.is_available():

@@ -218,6 +218,7 @@ class Engine:
         """This rank's model, pools, scheduler, graphs and warm-up."""
         self.tp = tp
         self.device = args.rank_device(tp.rank)
+        self.make_current()
         self.dtype = args.resolved_dtype(self.device)
         if args.batch_invariant:
             enable_batch_invariant_mode(self.device)
@@ -301,6 +302,13 @@ class Engine:
         store = listen(args.tensor_parallel_size)
         self.followers = Followers(args, store.port)
         return join_group(0, args.tensor_parallel_size, store, args.rank_device(0))
+
+    def make_current(self) -> None:
+        """Make this engine's GPU the calling thread's current device. Triton launches a kernel on
+        the current device (a tensor on another one fails its pointer check), and torch keeps one
+        a thread: a thread that runs steps calls this first."""
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
 
     def close(self) -> None:
         """Stop the other tensor-parallel ranks, if any, and leave the group (a lone engine needs

@@ -69,6 +69,16 @@ class EngineProcess:
     def stats(self) -> dict[str, float]:
         return dict(self._stats)
 
+    @property
+    def num_in_flight(self) -> int:
+        """Requests submitted here that have not had their final output."""
+        return len(self._router)
+
+    @property
+    def refusal(self) -> str | None:
+        """Why submit refuses requests now (the engine is restarting, or was given up), or None."""
+        return self._refusal
+
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """End every in-flight request with a final "abort" output and stop the child."""
         self._stopping = True

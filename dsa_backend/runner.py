@@ -46,6 +46,9 @@ class OutputRouter:
         with self._lock:
             return list(self._callbacks)
 
+    def __len__(self) -> int:
+        return len(self._callbacks)
+
     def deliver(self, outputs: list[RequestOutput]) -> None:
         with self._lock:
             callbacks = [(out, self._callbacks.get(out.request_id)) for out in outputs]
@@ -109,6 +112,7 @@ class EngineRunner:
             logger.error("engine thread did not stop within %.1f s", timeout_s)
 
     def _loop(self) -> None:
+        self.engine.make_current()
         while not self._stopping.is_set():
             self._drain_commands(block=not self.engine.has_work())
             if self._stopping.is_set():

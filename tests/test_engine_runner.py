@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+import torch
 
 from checkpoints import random_prompts
 from dsa_backend.engine import EngineArgs
@@ -194,3 +195,26 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"     # a zombie has exited
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="an engine on the second GPU takes two GPUs")
+@pytest.mark.parametrize("kind", list(RUNNERS))
+def test_an_engine_on_the_second_gpu_runs_its_steps_on_a_thread_of_its_own(path, kind):
+    # Triton launches a kernel on the thread's current device, cuda:0 unless set: the runner's
+    # thread on an engine on cuda:1 once failed every step ("Pointer argument cannot be accessed
+    # from Triton"), as dsa_llm's KIND_GPU instance on a machine's second GPU did.
+    prompt = random_prompts([12], seed=5)[0]
+    outputs = {}
+    for device in ("cuda:0", "cuda:1"):
+        runner = RUNNERS[kind](EngineArgs(model=str(path), device=device, dtype="float32", page_size=16,
+                                          num_kv_pages=64, warmup=False))
+        try:
+            collector = Collector()
+            runner.submit("r", prompt, GREEDY, collector)
+            assert collector.done.wait(120)
+            assert collector.outputs[-1].error is None, collector.outputs[-1].error
+            outputs[device] = collector.tokens
+        finally:
+            runner.shutdown(10)
+    assert len(outputs["cuda:1"]) == GREEDY.max_tokens and outputs["cuda:1"] == outputs["cuda:0"]

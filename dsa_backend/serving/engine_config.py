@@ -49,6 +49,14 @@ def max_responses_per_s(params: dict[str, str]) -> float:
     return rate
 
 
+def data_parallel_size(params: dict[str, str]) -> int:
+    """How many engines (replicas, each of tensor_parallel_size GPUs) dsa_llm runs."""
+    size = _int(params, "data_parallel_size", "1")
+    if size < 1:
+        raise ValueError(f"data_parallel_size must be positive, got {size}")
+    return size
+
+
 def max_queued_requests(params: dict[str, str]) -> int | None:
     """How many requests may wait for the engine before dsa_llm refuses new ones (None: no limit)."""
     limit = _optional_int(params, "max_queued_requests")

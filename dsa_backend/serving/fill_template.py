@@ -21,7 +21,7 @@ MODELS = ("dsa", "preprocessing", "dsa_llm", "postprocessing")
 # Every placeholder users set, and its default; model_dir comes from --model, and
 # postprocessing_batching follows from postprocessing_instance_count.
 DEFAULTS = {
-    "instance_kind": "auto",               # auto: KIND_GPU when this machine has a GPU, else KIND_CPU
+    "instance_kind": "auto",               # auto: KIND_GPU for one engine on one GPU, else KIND_MODEL; KIND_CPU
     "device": "auto",
     "dtype": "auto",
     "page_size": "64",
@@ -38,6 +38,7 @@ DEFAULTS = {
     "fp8_weights": "auto",                # FP8 checkpoints: auto (keep on a GPU), keep, dequantize
     "enable_prefix_caching": "true",      # reuse the KV pages of prompts' cached prefixes
     "tensor_parallel_size": "1",          # GPUs sharing each layer, from the instance's GPU on
+    "data_parallel_size": "auto",         # engines of tensor_parallel_size GPUs; auto: as many as the GPUs hold
     "shutdown_timeout_s": "10",
     "max_responses_per_s": "1000",        # dsa_llm's streamed responses a second, all requests (0: no limit)
     "max_queued_requests": "none",        # requests waiting for the engine before new ones are refused
@@ -61,11 +62,15 @@ def fill(model_dir: str | Path, out: str | Path, values: dict[str, str] | None =
     if unknown:
         raise ValueError(f"unknown template parameters {unknown}; known: {sorted(DEFAULTS)}")
     filled = {**DEFAULTS, **(values or {}), "model_dir": str(model_dir)}
+    # KIND_GPU puts an instance on every GPU, and a request's abort or the drain would reach any of
+    # them (dsa_backend/replicas.py); so unless one GPU is all there is, one KIND_MODEL instance holds
+    # the engines, which take their GPUs from its device on (cuda:0 with device auto).
+    gpus = _gpu_count()
     if filled["instance_kind"] == "auto":
-        # KIND_GPU puts an instance on every GPU; a tensor-parallel engine takes several GPUs from
-        # its device on (cuda:0 with device auto), so it is one instance of the model's own placing
-        tensor_parallel = filled["tensor_parallel_size"].strip() not in ("", "1")
-        filled["instance_kind"] = ("KIND_MODEL" if tensor_parallel else "KIND_GPU") if _has_gpu() else "KIND_CPU"
+        one_gpu = gpus == 1 and filled["tensor_parallel_size"].strip() in ("", "1")
+        filled["instance_kind"] = "KIND_CPU" if not gpus else "KIND_GPU" if one_gpu else "KIND_MODEL"
+    if filled["data_parallel_size"].strip() == "auto":
+        filled["data_parallel_size"] = str(_replicas_on_every_gpu(filled, gpus))
     filled["postprocessing_batching"] = _postprocessing_batching(filled["postprocessing_instance_count"])
     if filled["instance_kind"] not in ("KIND_GPU", "KIND_CPU", "KIND_MODEL"):
         raise ValueError(f"instance_kind must be auto, KIND_GPU, KIND_CPU or KIND_MODEL, "
@@ -95,10 +100,19 @@ def _postprocessing_batching(count: str) -> str:
     return "dynamic_batching { preserve_ordering: true }"
 
 
-def _has_gpu() -> bool:
+def _replicas_on_every_gpu(filled: dict[str, str], gpus: int) -> int:
+    """data_parallel_size=auto: the engines of tensor_parallel_size GPUs that the machine's GPUs
+    hold, when one KIND_MODEL instance places them from cuda:0 (else 1)."""
+    tp = filled["tensor_parallel_size"].strip()
+    if gpus < 2 or filled["instance_kind"] != "KIND_MODEL" or filled["device"] != "auto" or not tp.isdigit():
+        return 1
+    return max(1, gpus // max(1, int(tp)))
+
+
+def _gpu_count() -> int:
     import torch
 
-    return torch.cuda.is_available()
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:

@@ -18,8 +18,12 @@ ACCEPT_LENGTH_BUCKETS = [1, 2, 3, 4, 5, 6, 8, 10, 12, 17]
 
 
 class ServerMetrics:
-    def __init__(self, model: str, version: str):
+    """The counters and histograms count every replica's requests together; the gauges of the
+    engine (requests running and waiting, pages) are each replica's, labelled replica="r"."""
+
+    def __init__(self, model: str, version: str, replicas: int = 1):
         labels = {"model": model, "version": version}
+        by_replica = [{**labels, "replica": str(r)} for r in range(replicas)]
 
         def family(name, description, kind):
             return pb_utils.MetricFamily(name=name, description=description, kind=kind)
@@ -59,17 +63,18 @@ class ServerMetrics:
         self.generation_tokens = generation.Metric(labels=labels)
         self.ttft = ttft.Metric(labels=labels, buckets=TTFT_BUCKETS)
         self.itl = itl.Metric(labels=labels, buckets=ITL_BUCKETS)
-        self.running = running.Metric(labels=labels)
-        self.waiting = waiting.Metric(labels=labels)
-        self.pages_used = {p: used.Metric(labels={**labels, "pool": p}) for p in POOLS}
-        self.pages_free = {p: free.Metric(labels={**labels, "pool": p}) for p in POOLS}
-        self.pages_cached = {p: cached.Metric(labels={**labels, "pool": p}) for p in POOLS}
-        # counters of engine totals since start (stats' keys), each with the total it last saw
+        self.running = [running.Metric(labels=r) for r in by_replica]
+        self.waiting = [waiting.Metric(labels=r) for r in by_replica]
+        self.pages_used = [{p: used.Metric(labels={**r, "pool": p}) for p in POOLS} for r in by_replica]
+        self.pages_free = [{p: free.Metric(labels={**r, "pool": p}) for p in POOLS} for r in by_replica]
+        self.pages_cached = [{p: cached.Metric(labels={**r, "pool": p}) for p in POOLS} for r in by_replica]
+        # counters of engine totals since start (stats' keys), with the total each replica's
+        # engine last reported
         self._engine_counters = {"retractions": retractions.Metric(labels=labels),
                                  "prefix_cache_hit_tokens": cache_hits.Metric(labels=labels),
                                  "kernel_loads": kernel_loads.Metric(labels=labels),
                                  "kernel_load_seconds": kernel_load_seconds.Metric(labels=labels)}
-        self._engine_totals_seen = dict.fromkeys(self._engine_counters, 0)
+        self._engine_totals_seen = [dict.fromkeys(self._engine_counters, 0) for _ in by_replica]
         self.spec_draft_tokens = drafted.Metric(labels=labels)
         self.spec_accepted_tokens = accepted.Metric(labels=labels)
         self.spec_accept_length = accept_length.Metric(labels=labels, buckets=ACCEPT_LENGTH_BUCKETS)
@@ -102,7 +107,8 @@ class ServerMetrics:
                 labels={**self._labels, "finish_reason": reason})
         self._requests[reason].increment(1)
 
-    def engine_stats(self, stats: dict) -> None:
+    def engine_stats(self, replica_stats: list[dict]) -> None:
+        """Refresh from each replica's engine stats (Replicas.stats())."""
         for key, count in self._pending_counts.items():
             if count:
                 self._counters[key].increment(count)
@@ -110,15 +116,17 @@ class ServerMetrics:
         # Pages first, so that a scrape between two sets sees a finished request's pages freed no
         # later than the request gone. The gauges are separate updates all the same: a scrape on
         # the CI machine once read running == 0 beside the page count of the refresh before.
-        for pool in POOLS:
-            self.pages_used[pool].set(stats["kv_pages_total"] - stats["kv_pages_free"])
-            self.pages_free[pool].set(stats["kv_pages_free"])
-            self.pages_cached[pool].set(stats["kv_pages_cached"])
-        self.running.set(stats["running"])
-        self.waiting.set(stats["waiting"])
-        for key, counter in self._engine_counters.items():
-            if stats[key] < self._engine_totals_seen[key]:   # a restarted engine counts from 0
-                self._engine_totals_seen[key] = 0
-            if stats[key] > self._engine_totals_seen[key]:
-                counter.increment(stats[key] - self._engine_totals_seen[key])
-                self._engine_totals_seen[key] = stats[key]
+        for r, stats in enumerate(replica_stats):
+            for pool in POOLS:
+                self.pages_used[r][pool].set(stats["kv_pages_total"] - stats["kv_pages_free"])
+                self.pages_free[r][pool].set(stats["kv_pages_free"])
+                self.pages_cached[r][pool].set(stats["kv_pages_cached"])
+            self.running[r].set(stats["running"])
+            self.waiting[r].set(stats["waiting"])
+            seen = self._engine_totals_seen[r]
+            for key, counter in self._engine_counters.items():
+                if stats[key] < seen[key]:   # a restarted engine counts from 0
+                    seen[key] = 0
+                if stats[key] > seen[key]:
+                    counter.increment(stats[key] - seen[key])
+                    seen[key] = stats[key]

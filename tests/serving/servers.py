@@ -9,11 +9,12 @@ import urllib.request
 import torch
 
 # Engine settings shared by the served model and the offline LLM that checks its text. device and
-# dtype stay `auto` (fill_template's defaults), as a user's would: KIND_GPU, cuda and bfloat16 where
-# the tests run with a GPU, KIND_CPU, cpu and float32 elsewhere. DSA_SERVING_TEST_DTYPE overrides
+# dtype stay `auto` (fill_template's defaults), as a user's would: KIND_GPU (KIND_MODEL where there
+# are several GPUs), cuda and bfloat16 where the tests run with a GPU, KIND_CPU, cpu and float32
+# elsewhere; one engine (test_server_data_parallel.py serves two). DSA_SERVING_TEST_DTYPE overrides
 # the dtype of both (e.g. float32 on the GPU, to tell numerics from serving bugs).
 ENGINE = {"page_size": "16", "num_kv_pages": "64", "max_model_len": "512", "max_running_requests": "64",
-          "dtype": os.environ.get("DSA_SERVING_TEST_DTYPE", "auto")}
+          "data_parallel_size": "1", "dtype": os.environ.get("DSA_SERVING_TEST_DTYPE", "auto")}
 
 # For the modules whose reference ran in another batch than the served request (solo vs 32 at once,
 # a roomy pool vs retractions): on a GPU, cuBLAS picks other kernels for other batch sizes, so in
@@ -28,8 +29,9 @@ def served_device(settings: dict[str, str]) -> str:
     if device != "auto":
         return device
     kind = settings.get("instance_kind", "auto")
-    if kind == "auto":
-        kind = "KIND_GPU" if torch.cuda.is_available() else "KIND_CPU"     # as fill_template decides
+    if kind == "auto":   # as fill_template decides
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        kind = "KIND_CPU" if not gpus else "KIND_GPU" if gpus == 1 else "KIND_MODEL"
     # KIND_GPU: the instance's GPU (one instance, so GPU 0); KIND_MODEL: the engine's own auto.
     return {"KIND_GPU": "cuda:0", "KIND_CPU": "cpu"}.get(kind, "cuda:0" if torch.cuda.is_available() else "cpu")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsa_backend.serving.engine_config import engine_args, max_queued_requests, max_responses_per_s
+from dsa_backend.serving.engine_config import data_parallel_size, engine_args, max_queued_requests, max_responses_per_s
 from dsa_backend.serving.fill_template import DEFAULTS
 
 # What fill_template writes by default (placeholders of dsa_llm's config.pbtxt).
@@ -122,3 +122,11 @@ def test_max_queued_requests_is_none_or_a_non_negative_integer():
     for bad in ("-1", "many"):
         with pytest.raises(ValueError, match="max_queued_requests"):
             max_queued_requests({"max_queued_requests": bad})
+
+
+def test_data_parallel_size_is_a_positive_integer():
+    assert data_parallel_size({}) == 1
+    assert data_parallel_size({"data_parallel_size": " 4 "}) == 4
+    for bad in ("0", "-2", "two", "auto"):   # fill_template resolves auto; dsa_llm takes a count
+        with pytest.raises(ValueError, match="data_parallel_size"):
+            data_parallel_size({"data_parallel_size": bad})

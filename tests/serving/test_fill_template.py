@@ -24,7 +24,32 @@ def test_instance_kind_auto_is_cpu_without_a_gpu(tokenizer_dir, tmp_path):
     import torch
 
     llm = (fill(tokenizer_dir, tmp_path) / "dsa_llm" / "config.pbtxt").read_text()
-    assert ("kind: KIND_GPU" if torch.cuda.is_available() else "kind: KIND_CPU") in llm
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert f"kind: {'KIND_CPU' if not gpus else 'KIND_GPU' if gpus == 1 else 'KIND_MODEL'}" in llm
+
+
+def _placement(llm_config: str) -> tuple[str, str]:
+    kind = re.search(r"kind: (\w+)", llm_config).group(1)
+    dp = re.search(r'key: "data_parallel_size" value: \{ string_value: "(\w+)" \}', llm_config).group(1)
+    return kind, dp
+
+
+@pytest.mark.parametrize("gpus, sets, placement", [
+    (0, {}, ("KIND_CPU", "1")),
+    (1, {}, ("KIND_GPU", "1")),
+    (8, {}, ("KIND_MODEL", "8")),                                  # a replica a GPU, in one instance
+    (8, {"tensor_parallel_size": "2"}, ("KIND_MODEL", "4")),
+    (8, {"tensor_parallel_size": "3"}, ("KIND_MODEL", "2")),       # the GPUs left over stay idle
+    (8, {"data_parallel_size": "3"}, ("KIND_MODEL", "3")),
+    (8, {"device": "cuda:4"}, ("KIND_MODEL", "1")),                # placed by hand: one engine
+    (8, {"instance_kind": "KIND_GPU"}, ("KIND_GPU", "1")),         # an instance a GPU, each one engine
+])
+def test_data_parallel_auto_runs_an_engine_on_every_gpu_in_one_instance(tokenizer_dir, tmp_path, monkeypatch,
+                                                                       gpus, sets, placement):
+    from dsa_backend.serving import fill_template
+
+    monkeypatch.setattr(fill_template, "_gpu_count", lambda: gpus)
+    assert _placement((fill(tokenizer_dir, tmp_path, sets) / "dsa_llm" / "config.pbtxt").read_text()) == placement
 
 
 def test_instance_kind_auto_with_tensor_parallelism_is_one_instance_over_its_gpus(tokenizer_dir, tmp_path):

@@ -1,4 +1,5 @@
-"""dsa_llm: a decoupled python model that owns one dsa_backend engine, in a process of its own.
+"""dsa_llm: a decoupled python model that owns the dsa_backend engines, each in a process of its
+own: one, or data_parallel_size replicas (dsa_backend/replicas.py; a request runs on one).
 
 execute() only parses each request and hands it to the engine, as one engine request a sample
 (n of them: SamplingParams.n, tensorrtllm_backend's num_return_sequences); responses are sent from
@@ -23,6 +24,7 @@ import triton_python_backend_utils as pb_utils
 
 from dsa_backend.runner import error_output
 from dsa_backend.engine_process import EngineProcess
+from dsa_backend.replicas import Replicas
 from dsa_backend.serving import engine_config, triton_io
 from dsa_backend.serving.metrics import ServerMetrics
 from dsa_backend.serving.request_params import parse_request
@@ -42,8 +44,9 @@ _GIL_SWITCH_INTERVAL_S = 0.0005
 class _Active:
     """A request the engine holds: its response sender and each sample's stream state."""
 
-    def __init__(self, sender, streams: list[ResponseStream], engine_ids: list[str]):
+    def __init__(self, sender, streams: list[ResponseStream], engine_ids: list[str], engine: EngineProcess):
         self.sender = sender
+        self.engine = engine                   # the replica that runs its samples
         self.streams = streams                 # by sample index
         self.engine_ids = engine_ids           # the engine's request a sample
         self.unfinished = set(range(len(streams)))
@@ -52,9 +55,9 @@ class _Active:
         self.unsent: list = []                 # (sample index, output, when made) its next responses carry
         self.last_sent = float("-inf")         # when its last response went out
 
-    def abort_all(self, runner) -> None:
+    def abort_all(self) -> None:
         for index in list(self.unfinished):    # the sender thread may end one meanwhile
-            runner.abort(self.engine_ids[index])
+            self.engine.abort(self.engine_ids[index])
 
 
 class Overloaded(ValueError):
@@ -76,13 +79,16 @@ class TritonPythonModel:
         self.max_queued_requests = engine_config.max_queued_requests(params)
         engine_args = engine_config.engine_args(params, device)     # ValueError naming a bad setting
         logger.info("dsa_llm: starting the engine with %s", engine_args)
-        # The engine's steps must not share this process's GIL with the sender (engine_process.py).
-        self.runner = EngineProcess(engine_args)
-        # The tests (and operators) read this line to see where the engine really runs.
-        logger.info("dsa_llm: engine ready on device %s, dtype %s (instance kind %s)", self.runner.device,
-                    self.runner.dtype, args.get("model_instance_kind"))
+        # The engines' steps must not share this process's GIL with the sender (engine_process.py).
+        self.replicas = Replicas(engine_args, engine_config.data_parallel_size(params))
+        # The tests (and operators) read these lines to see where the engines really run.
+        engines = self.replicas.engines
+        for r, engine in enumerate(engines):
+            replica = f" as replica {r} of {len(engines)}" if len(engines) > 1 else ""
+            logger.info("dsa_llm: engine ready on device %s, dtype %s (instance kind %s)%s", engine.device,
+                        engine.dtype, args.get("model_instance_kind"), replica)
         self.tokenizer = Tokenizer(engine_args.model)
-        self.metrics = ServerMetrics(args["model_name"], args["model_version"])
+        self.metrics = ServerMetrics(args["model_name"], args["model_version"], len(self.replicas.engines))
         self.active: dict[str, _Active] = {}
         self.num_streams = 0            # the unfinished samples of the requests in flight
         self.lock = threading.Lock()
@@ -123,14 +129,15 @@ class TritonPythonModel:
         samples = parsed.params.samples()
         engine_ids = [request_id] if len(samples) == 1 else [f"{request_id}/{i}" for i in range(len(samples))]
         now = time.monotonic()
+        engine = self.replicas.choose()
         active = _Active(sender, [ResponseStream(request_id, parsed, self.tokenizer, now, index=i)
-                                  for i in range(len(samples))], engine_ids)
+                                  for i in range(len(samples))], engine_ids, engine)
         with self.lock:
             self.active[request_id] = active
             self.num_streams += len(samples)
         for index, (engine_id, params) in enumerate(zip(engine_ids, samples)):
             try:
-                self.runner.submit(engine_id, parsed.prompt_token_ids, params,
+                engine.submit(engine_id, parsed.prompt_token_ids, params,
                                    lambda out, i=index: self.outputs.put((request_id, i, out, time.monotonic())),
                                    parsed.priority)
             except Exception as e:
@@ -138,7 +145,7 @@ class TritonPythonModel:
                 # samples not submitted fail with it, and those submitted are aborted.
                 message = str(e) if isinstance(e, ValueError) else f"internal error: {type(e).__name__}: {e}"
                 for i in range(index):
-                    self.runner.abort(engine_ids[i])
+                    engine.abort(engine_ids[i])
                 for i in range(index, len(samples)):
                     failed = error_output(engine_ids[i], len(parsed.prompt_token_ids), message)
                     self.outputs.put((request_id, i, failed, time.monotonic()))
@@ -152,7 +159,7 @@ class TritonPythonModel:
         if active is not None and not active.cancelled:
             active.cancelled = True
             logger.info("dsa_llm: %s cancelled by the client (through the ensemble)", request_id)
-            active.abort_all(self.runner)
+            active.abort_all()
 
     def _drain(self, sender) -> None:
         """Abort everything in flight; answer (FINAL) once every request has had its last response."""
@@ -164,7 +171,7 @@ class TritonPythonModel:
             with self.lock:
                 active = self.active.get(request_id)
             if active is not None:
-                active.abort_all(self.runner)
+                active.abort_all()
 
         def answer_when_idle():
             deadline = time.monotonic() + self.shutdown_timeout_s
@@ -230,7 +237,7 @@ class TritonPythonModel:
                 self._send_reply(request_id, active, index, sample_outs, outs[-1][2])
         except Exception:
             logger.exception("dsa_llm: sending a response for %s failed", request_id)
-            active.abort_all(self.runner)
+            active.abort_all()
             self._finish(request_id, active, None, "error")
 
     def _send_reply(self, request_id: str, active: _Active, index: int, outs: list, now: float) -> None:
@@ -239,7 +246,7 @@ class TritonPythonModel:
         if reply is None:
             return
         if stream.stopped_by_string and not outs[-1].finished:
-            self.runner.abort(active.engine_ids[index])      # its text ended at a stop string
+            active.engine.abort(active.engine_ids[index])      # its text ended at a stop string
         reason = "error" if reply.error else (outs[-1].finish_reason or "stop") if reply.final else ""
         self.metrics.reply_sent(reply, reason)
         if reply.final:
@@ -248,7 +255,7 @@ class TritonPythonModel:
                 self.num_streams -= 1
         if reply.error and active.error is None:
             active.error = reply.error       # one sample failed: so does the request, once all have ended
-            active.abort_all(self.runner)
+            active.abort_all()
         if active.unfinished:
             if not (active.cancelled or active.error) and reply.outputs is not None:
                 active.sender.send(triton_io.response(reply.outputs))
@@ -261,7 +268,7 @@ class TritonPythonModel:
             response = triton_io.response(reply.outputs)
         # Refresh the gauges first, so a client that reads them after its last response sees the
         # pages of this request already freed.
-        self.metrics.engine_stats(self.runner.stats())
+        self.metrics.engine_stats(self.replicas.stats())
         self._finish(request_id, active, response, None)
 
     def _finish(self, request_id: str, active: _Active, response, error: str | None) -> None:
@@ -286,9 +293,9 @@ class TritonPythonModel:
             if not active.cancelled and active.sender.is_cancelled():
                 active.cancelled = True
                 logger.info("dsa_llm: %s cancelled by the client", request_id)
-                active.abort_all(self.runner)
+                active.abort_all()
         try:
-            self.metrics.engine_stats(self.runner.stats())
+            self.metrics.engine_stats(self.replicas.stats())
         except Exception:
             logger.warning("dsa_llm: reading engine stats failed", exc_info=True)
 
@@ -298,7 +305,7 @@ class TritonPythonModel:
         if self.max_queued_requests is None:
             return
         with self.lock:
-            waiting = self.num_streams - int(self.runner.stats().get("running", 0))
+            waiting = self.num_streams - sum(int(s.get("running", 0)) for s in self.replicas.stats())
         if waiting >= self.max_queued_requests:
             raise Overloaded(f"the server is overloaded: {waiting} requests wait for the engine "
                              f"(max_queued_requests={self.max_queued_requests}); retry later")
@@ -314,7 +321,7 @@ class TritonPythonModel:
         # shutdown() ends every in-flight request with a final output, which the sender thread
         # turns into final responses before it stops.
         logger.info("dsa_llm: shutting down with %d requests in flight", len(self.active))
-        self.runner.shutdown(self.shutdown_timeout_s)
+        self.replicas.shutdown(self.shutdown_timeout_s)
         self.outputs.put(None)
         self.sender_thread.join(self.shutdown_timeout_s)
         with self.lock:
