@@ -312,10 +312,11 @@ class Engine:
 
     def close(self) -> None:
         """Stop the other tensor-parallel ranks, if any, and leave the group (a lone engine needs
-        no closing)."""
-        if self.followers is not None:
-            self.followers.close()
-            self.followers = None
+        no closing). Every rank leaves at once: NCCL's teardown on one rank can wait for the
+        others', so a follower waited out its exit grace for rank 0, which waited for it."""
+        followers, self.followers = self.followers, None
+        if followers is not None:
+            followers.ask_to_close()
         tp = getattr(self, "tp", None)
         if tp is not None and tp.size > 1 and torch.distributed.is_initialized():
             drafter = getattr(self, "drafter", None)
@@ -323,6 +324,8 @@ class Engine:
                 if graphs is not None:
                     graphs.release()     # before the group: NCCL waits for graphs that captured it
             torch.distributed.destroy_process_group()
+        if followers is not None:
+            followers.close()
 
     def _repeat(self, method: str, *args) -> None:
         """Have the other tensor-parallel ranks make this call too."""

@@ -66,8 +66,8 @@ class Followers:
         """Rank 0's engine is built: from now on a follower's exit ends rank 0's process at once."""
         self._started = True
 
-    def close(self) -> None:
-        """Stop the followers (their engines end with their processes)."""
+    def ask_to_close(self) -> None:
+        """Tell the followers to close their engines and exit (close() waits for them)."""
         if self._closing:
             return
         self._closing = True
@@ -77,6 +77,10 @@ class Followers:
                 conn.send(("close", ()))
             except OSError:
                 pass
+
+    def close(self) -> None:
+        """Stop the followers (their engines end with their processes); each gets _EXIT_GRACE_S."""
+        self.ask_to_close()
         for process in self._processes:
             process.join(_EXIT_GRACE_S)
             if process.is_alive():

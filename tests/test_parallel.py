@@ -309,17 +309,21 @@ def test_each_layers_two_shares_add_up_to_the_layer(checkpoint, device, name, dt
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL between ranks takes two GPUs")
 def test_on_two_gpus_graphed_steps_give_the_eager_steps_tokens_and_free_every_page(checkpoint):
-    """NCCL's all-reduces captured in the decode steps' CUDA graphs replay as they ran eagerly."""
+    """NCCL's all-reduces captured in the decode steps' CUDA graphs replay as they ran eagerly, and
+    closing ends the follower by itself: once, it waited in NCCL's teardown for rank 0, which
+    waited for it, until rank 0 killed it (after 10 s; a served engine's unload overran)."""
     prompts = random_prompts([5, 40, 23, 9])
     requests = {str(i): (p, GREEDY) for i, p in enumerate(prompts)}
     results = []
     for graphs in (False, True):
         engine = Engine(EngineArgs(model=str(checkpoint("glm_shared_fp8")), device="cuda", page_size=16,
                                    num_kv_pages=64, tensor_parallel_size=2, cuda_graph=graphs))
+        followers = engine.followers._processes
         try:
             assert (engine.graphs is not None) == graphs
             results.append(run_all(engine, requests))
             assert engine.stats()["kv_pages_free"] == engine.stats()["kv_pages_total"]
         finally:
             engine.close()
+        assert [p.exitcode for p in followers] == [0]
     assert results[0] == results[1]

@@ -37,13 +37,13 @@ def pages_free(served, replica):
     return read_metric(served, "dsa_kv_pages_free", pool="mla", replica=replica)
 
 
-def long_streams(served, n, cancel_after=None):
-    """n greedy streams of 150 tokens at once, each as a thread; their Completions by index."""
+def long_streams(served, n, tokens, cancel_after=None):
+    """n greedy streams of `tokens` tokens at once, each as a thread; their Completions by index."""
     results = {}
 
     def stream(i):
-        results[i] = generate(served.grpc_url, PROMPTS[i % len(PROMPTS)], 150, min_tokens=150, temperature=0.0,
-                              cancel_after=cancel_after, timeout_s=180)
+        results[i] = generate(served.grpc_url, PROMPTS[i % len(PROMPTS)], tokens, min_tokens=tokens,
+                              temperature=0.0, cancel_after=cancel_after, timeout_s=180)
 
     threads = [threading.Thread(target=stream, args=(i,)) for i in range(n)]
     for t in threads:
@@ -78,7 +78,7 @@ def test_requests_go_to_the_replica_with_fewest_in_flight_and_each_reports_its_g
     for replica in REPLICAS:
         assert settle(lambda: in_flight(served, replica), 0) == 0
     idle = [pages_free(served, r) for r in REPLICAS]
-    threads, results = long_streams(served, 4)
+    threads, results = long_streams(served, 4, 150)
     # four requests submitted while none has ended: two on each replica, holding pages on each
     split = [settle(lambda r=r: in_flight(served, r), 2) for r in REPLICAS]
     held = [pages_free(served, r) < free for r, free in zip(REPLICAS, idle)]
@@ -95,7 +95,8 @@ def test_a_cancelled_stream_is_aborted_on_its_own_replica(served):
     # instance a GPU that call could reach the other one. Here one instance routes it.
     idle = [pages_free(served, r) for r in REPLICAS]
     aborted_before = read_metric(served, "dsa_requests_total", finish_reason="abort") or 0
-    threads, results = long_streams(served, 2, cancel_after=3)
+    # 400 tokens: on a GPU the tiny model makes 150 before the abort arrives
+    threads, results = long_streams(served, 2, 400, cancel_after=3)
     for t in threads:
         t.join(120)
     assert all(not results[i].final for i in range(2))
