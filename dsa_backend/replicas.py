@@ -4,24 +4,28 @@ one dsa_llm instance.
 Triton's KIND_GPU puts a model instance on every GPU, but a request's later calls reach whichever
 instance Triton picks: postprocessing's abort of a cancelled stream (a BLS call) and the drain at
 shutdown would miss the instance holding the request, and every instance would set the same
-gauges. So one instance holds all replicas. A request goes to the replica with the fewest samples
-in flight, all its samples together (they share the prompt's pages: the prefix cache is a
-replica's own), and its aborts go to that replica. Replica r runs on the tensor_parallel_size GPUs
-from device + r * tensor_parallel_size.
+gauges. So one instance holds all replicas. A request goes to one replica, all its samples
+together (they share the prompt's pages), and its aborts go there. Replica r runs on the
+tensor_parallel_size GPUs from device + r * tensor_parallel_size.
+
+Each replica has a prefix cache of its own, so where a request goes decides what it finds cached:
+a conversation's next turn sent to another replica than its earlier turns computes them all
+again. PrefixRouter sends a prompt to the replica that was sent the longest run of its first
+pages, unless that one is busier than the least busy by more than a margin (SGLang's router
+balances its cache-aware choice the same way); otherwise, and for prompts nobody was sent, to the
+one with the fewest requests in flight.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from dsa_backend.engine import EngineArgs
 from dsa_backend.engine_process import EngineProcess
-
-logger = logging.getLogger(__name__)
 
 
 def replica_args(args: EngineArgs, replica: int) -> EngineArgs:
@@ -31,6 +35,59 @@ def replica_args(args: EngineArgs, replica: int) -> EngineArgs:
         return args
     first = (device.index or 0) + replica * args.tensor_parallel_size
     return dataclasses.replace(args, device=f"cuda:{first}")
+
+
+# A replica busier than the least busy by more than max(this, a quarter of the least's load)
+# takes no request for its cached prefix: the prefix is computed again elsewhere instead.
+_BALANCE_SLACK = 4
+
+
+class PrefixRouter:
+    """Which replica a prompt goes to. Each replica's index holds the chained hashes of the whole
+    pages of the prompts sent to it (a page's hash covers every token before it, as the prefix
+    cache's do), at most as many as its pool has pages, the least recently sent evicted first: an
+    estimate of what its prefix cache holds, kept without asking the engines."""
+
+    def __init__(self, page_size: int, capacities: list[int]):
+        self.page_size = page_size
+        self._capacities = capacities
+        self._indexes: list[OrderedDict[int, None]] = [OrderedDict() for _ in capacities]
+
+    def choose(self, prompt: list[int], loads: list[int], eligible: list[int]) -> int:
+        """The replica among `eligible` for `prompt`, given each replica's requests in flight."""
+        chain = self._chain(prompt)
+        least = min(eligible, key=lambda r: loads[r])
+        best, best_pages = least, 0
+        for r in eligible:
+            pages = self._cached_pages(r, chain)
+            if pages > best_pages or (pages == best_pages and loads[r] < loads[best]):
+                best, best_pages = r, pages
+        if loads[best] - loads[least] > max(_BALANCE_SLACK, loads[least] // 4):
+            best = least
+        self._remember(best, chain)
+        return best
+
+    def _chain(self, prompt: list[int]) -> list[int]:
+        chain, h, size = [], 0, self.page_size
+        for start in range(0, len(prompt) - size + 1, size):
+            h = hash((h, tuple(prompt[start:start + size])))
+            chain.append(h)
+        return chain
+
+    def _cached_pages(self, replica: int, chain: list[int]) -> int:
+        index = self._indexes[replica]
+        pages = 0
+        while pages < len(chain) and chain[pages] in index:
+            pages += 1
+        return pages
+
+    def _remember(self, replica: int, chain: list[int]) -> None:
+        index = self._indexes[replica]
+        for h in chain:
+            index[h] = None
+            index.move_to_end(h)
+        while len(index) > self._capacities[replica]:
+            index.popitem(last=False)
 
 
 class Replicas:
@@ -55,12 +112,21 @@ class Replicas:
             if failed:
                 self.shutdown(5.0)
                 raise failed[0]
+        limits = self.engines[0].limits
+        self._router = (PrefixRouter(limits.page_size, [e.limits.num_kv_pages for e in self.engines])
+                        if args.enable_prefix_caching else None)
 
-    def choose(self) -> EngineProcess:
-        """The replica a new request goes to: the one with the fewest samples in flight, among
-        those taking requests (a replica restarting its engine refuses them) if any are."""
-        taking = [e for e in self.engines if e.refusal is None] or self.engines
-        return min(taking, key=lambda e: e.num_in_flight)
+    def choose(self, prompt: list[int]) -> EngineProcess:
+        """The replica a new request goes to, among those taking requests (a replica restarting its
+        engine refuses them) if any are: by PrefixRouter, or without prefix caching the one with
+        the fewest requests in flight."""
+        if len(self.engines) == 1:
+            return self.engines[0]
+        eligible = [r for r, e in enumerate(self.engines) if e.refusal is None] or list(range(len(self.engines)))
+        loads = [e.num_in_flight for e in self.engines]
+        if self._router is None:
+            return self.engines[min(eligible, key=lambda r: loads[r])]
+        return self.engines[self._router.choose(prompt, loads, eligible)]
 
     def stats(self) -> list[dict[str, float]]:
         """Each replica's engine stats (a restarted engine's totals count from 0 again)."""

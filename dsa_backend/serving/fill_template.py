@@ -21,7 +21,7 @@ MODELS = ("dsa", "preprocessing", "dsa_llm", "postprocessing")
 # Every placeholder users set, and its default; model_dir comes from --model, and
 # postprocessing_batching follows from postprocessing_instance_count.
 DEFAULTS = {
-    "instance_kind": "auto",               # auto: KIND_GPU for one engine on one GPU, else KIND_MODEL; KIND_CPU
+    "instance_kind": "auto",               # auto: KIND_GPU for one engine on one GPU, KIND_MODEL for more
     "device": "auto",
     "dtype": "auto",
     "page_size": "64",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import urllib.request
 
 import torch
@@ -74,3 +75,25 @@ def start_server(request, checkpoint, tmp_path_factory, overrides: dict[str, str
     server.start(ready_timeout_s=180)
     server.settings = settings
     return server
+
+
+def assert_concurrent_streams_match(served, offline_llm, prompts: list[str], max_tokens: int = 12) -> None:
+    """Greedy streams of every prompt at once give the offline LLM's text for each."""
+    from dsa_backend import SamplingParams
+    from dsa_client.grpc_stream import generate
+
+    results = {}
+
+    def stream(prompt):
+        results[prompt] = generate(served.grpc_url, prompt, max_tokens, temperature=0.0,
+                                   exclude_input_in_output=True, timeout_s=120)
+
+    threads = [threading.Thread(target=stream, args=(p,)) for p in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    expected = offline_llm.generate(prompts, SamplingParams(max_tokens=max_tokens, temperature=0))
+    for prompt, offline in zip(prompts, expected):
+        assert results[prompt].error is None, results[prompt].error
+        assert results[prompt].text == offline.text

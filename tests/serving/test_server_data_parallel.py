@@ -11,10 +11,9 @@ import threading
 import pytest
 import torch
 
-from dsa_backend import SamplingParams
 from dsa_client.grpc_stream import generate
 
-from .servers import read_metric
+from .servers import assert_concurrent_streams_match, read_metric
 from .test_server_e2e import settle
 from .test_server_engine_restart import engine_processes
 
@@ -57,21 +56,7 @@ def test_two_replicas_start_and_serve_concurrent_streams_with_the_offline_llms_t
     expected_devices = ["cuda:0", "cuda:1"] if torch.cuda.is_available() else ["cpu", "cpu"]
     assert sorted(found, key=lambda f: f[1]) == list(zip(expected_devices, REPLICAS)), served.log_errors()
     assert len(engine_processes(served)) == 2
-    results = {}
-
-    def stream(prompt):
-        results[prompt] = generate(served.grpc_url, prompt, 12, temperature=0.0, exclude_input_in_output=True,
-                                   timeout_s=120)
-
-    threads = [threading.Thread(target=stream, args=(p,)) for p in PROMPTS]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(180)
-    expected = offline_llm.generate(PROMPTS, SamplingParams(max_tokens=12, temperature=0))
-    for prompt, offline in zip(PROMPTS, expected):
-        assert results[prompt].error is None, results[prompt].error
-        assert results[prompt].text == offline.text
+    assert_concurrent_streams_match(served, offline_llm, PROMPTS)
 
 
 def test_requests_go_to_the_replica_with_fewest_in_flight_and_each_reports_its_gauges(served):
@@ -103,3 +88,27 @@ def test_a_cancelled_stream_is_aborted_on_its_own_replica(served):
     assert [settle(lambda r=r: in_flight(served, r), 0) for r in REPLICAS] == [0, 0]
     assert [settle(lambda r=r: pages_free(served, r), free) for r, free in zip(REPLICAS, idle)] == idle
     assert settle(lambda: read_metric(served, "dsa_requests_total", finish_reason="abort") - aborted_before, 2) == 2
+
+
+def test_a_conversations_next_turn_goes_to_the_replica_that_cached_its_earlier_turn(served):
+    for replica in REPLICAS:
+        assert settle(lambda: in_flight(served, replica), 0) == 0
+    turn = ("The system prompt of a long conversation, long enough to fill several pages of the KV cache, "
+            "tells the assistant to answer briefly and to keep every earlier turn in mind, since a user "
+            "who asks a second question expects the answer to build on the first one. User: what is "
+            "data parallelism, and why does each replica keep a prefix cache of its own? Assistant:")
+    first = generate(served.grpc_url, turn, 8, temperature=0.0, exclude_input_in_output=True, timeout_s=120)
+    assert first.error is None and first.num_input_tokens >= 64
+    # A long request that starts on the replica the first turn used (ties go to the first), so
+    # that the least busy replica is now the other one
+    threads, results = long_streams(served, 1, 300)
+    assert settle(lambda: in_flight(served, "0") + in_flight(served, "1"), 1) == 1
+    busy = [in_flight(served, r) for r in REPLICAS].index(1)
+    second = generate(served.grpc_url, turn + first.text + " User: and tensor parallelism? Assistant:", 8,
+                      temperature=0.0, timeout_s=120)
+    for t in threads:
+        t.join(240)
+    assert second.error is None and results[0].error is None
+    # the next turn found the first turn's whole pages cached on their replica
+    assert second.num_cached_tokens >= first.num_input_tokens - first.num_input_tokens % 16 - 16 > 0
+    assert busy == 0

@@ -3,15 +3,12 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 
-from dsa_backend import SamplingParams
 from dsa_backend.parallel import shares_one_gpu
-from dsa_client.grpc_stream import generate
 
+from .servers import assert_concurrent_streams_match
 from .test_server_engine_restart import engine_processes
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() < 2 and not shares_one_gpu(),
@@ -24,18 +21,4 @@ PROMPTS = ["Tensor parallel ranks share every layer", "Each rank holds half of t
 
 def test_two_ranks_serve_concurrent_streams_with_the_offline_llms_text(served, offline_llm):
     assert len(engine_processes(served)) == 2      # rank 0 under the stub, its follower under it
-    results = {}
-
-    def stream(prompt):
-        results[prompt] = generate(served.grpc_url, prompt, 12, temperature=0.0, exclude_input_in_output=True,
-                                   timeout_s=120)
-
-    threads = [threading.Thread(target=stream, args=(p,)) for p in PROMPTS]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(180)
-    expected = offline_llm.generate(PROMPTS, SamplingParams(max_tokens=12, temperature=0))
-    for prompt, offline in zip(PROMPTS, expected):
-        assert results[prompt].error is None, results[prompt].error
-        assert results[prompt].text == offline.text
+    assert_concurrent_streams_match(served, offline_llm, PROMPTS)

@@ -129,7 +129,7 @@ class TritonPythonModel:
         samples = parsed.params.samples()
         engine_ids = [request_id] if len(samples) == 1 else [f"{request_id}/{i}" for i in range(len(samples))]
         now = time.monotonic()
-        engine = self.replicas.choose()
+        engine = self.replicas.choose(parsed.prompt_token_ids)
         active = _Active(sender, [ResponseStream(request_id, parsed, self.tokenizer, now, index=i)
                                   for i in range(len(samples))], engine_ids, engine)
         with self.lock:
