@@ -4,7 +4,9 @@
         --input-len 128 --output-len 64 --out runs/load
 
 writes runs/load/results.json (TTFT, inter-token and end-to-end latency p50/p90/p99, output
-tokens/s and requests/s per level), runs/load/results.png, and runs/load/perf_analyzer_inputs.json.
+tokens/s, requests/s and the prefix cache's share of prompt tokens per level), runs/load/results.png,
+and runs/load/perf_analyzer_inputs.json. --turns T sends conversations of T turns, each resending
+its history.
 """
 
 from __future__ import annotations
@@ -28,32 +30,47 @@ from dsa_client.workload import Request, make_requests
 logger = logging.getLogger(__name__)
 
 
-def _send(url: str, request: Request, timeout_s: float) -> Completion:
+def _send(url: str, prompt: str, max_tokens: int, timeout_s: float) -> Completion:
     try:
         # min_tokens == max_tokens fixes the output length whatever the model samples.
-        return generate(url, request.prompt, request.max_tokens, min_tokens=request.max_tokens,
-                        temperature=0.0, exclude_input_in_output=True, timeout_s=timeout_s)
+        return generate(url, prompt, max_tokens, min_tokens=max_tokens, temperature=0.0,
+                        exclude_input_in_output=True, timeout_s=timeout_s)
     except Exception as e:     # a failed request is counted, not fatal to the sweep
         return Completion(error=f"{type(e).__name__}: {e}", final=True)
 
 
+def converse(url: str, request: Request, timeout_s: float) -> list[Completion]:
+    """A request and then its follow-up turns, one after another, each turn's prompt the one
+    before it, its reply and the turn's text; a turn that fails ends the conversation."""
+    completions = [_send(url, request.prompt, request.max_tokens, timeout_s)]
+    prompt = request.prompt
+    for follow_up in request.follow_ups:
+        if completions[-1].error:
+            break
+        prompt = f"{prompt}{completions[-1].text} {follow_up}"
+        completions.append(_send(url, prompt, request.max_tokens, timeout_s))
+    return completions
+
+
 def run_concurrency(url: str, requests: list[Request], concurrency: int, timeout_s: float,
                     progress: tqdm | None = None) -> tuple[list[Completion], float]:
-    """Keep `concurrency` requests in flight until all are done; returns completions and wall time."""
+    """Keep `concurrency` requests (conversations) in flight until all are done; returns every
+    turn's completion and the wall time."""
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = [pool.submit(_send, url, r, timeout_s) for r in requests]
+        futures = [pool.submit(converse, url, r, timeout_s) for r in requests]
         for f in futures:
             f.add_done_callback(lambda _: progress and progress.update(1))
-        completions = [f.result() for f in futures]
+        completions = [c for f in futures for c in f.result()]
     return completions, time.perf_counter() - start
 
 
 def run_rate(url: str, requests: list[Request], rate: float, timeout_s: float, seed: int = 0,
              progress: tqdm | None = None) -> tuple[list[Completion], float]:
-    """Send requests as a Poisson process of `rate` requests/s; returns completions and wall time."""
+    """Start requests (conversations) as a Poisson process of `rate` a second; returns every turn's
+    completion and the wall time."""
     rng = random.Random(seed)
-    results: list[Completion | None] = [None] * len(requests)
+    results: list[list[Completion] | None] = [None] * len(requests)
     threads = []
     start = time.perf_counter()
     next_at = start
@@ -61,7 +78,7 @@ def run_rate(url: str, requests: list[Request], rate: float, timeout_s: float, s
         time.sleep(max(0.0, next_at - time.perf_counter()))
 
         def work(i=i, r=r):
-            results[i] = _send(url, r, timeout_s)
+            results[i] = converse(url, r, timeout_s)
             if progress:
                 progress.update(1)
 
@@ -71,7 +88,8 @@ def run_rate(url: str, requests: list[Request], rate: float, timeout_s: float, s
         next_at += rng.expovariate(rate)
     for thread in threads:
         thread.join(timeout_s)
-    done = [c if c is not None else Completion(error="no result within the timeout", final=True) for c in results]
+    missing = [Completion(error="no result within the timeout", final=True)]
+    done = [c for turns in results for c in (turns or missing)]
     return done, time.perf_counter() - start
 
 
@@ -130,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-len-std", type=float, default=0, help="0: fixed prompt length")
     parser.add_argument("--shared-prefix-len", type=int, default=0,
                         help="tokens every prompt starts with (a system prompt), before its own --input-len")
+    parser.add_argument("--turns", type=int, default=1,
+                        help="turns a conversation: each later turn resends the history (prompts and replies) "
+                             "and --input-len tokens more; a level's requests are conversations")
     parser.add_argument("--output-len", type=int, default=64, help="generated tokens (mean)")
     parser.add_argument("--output-len-std", type=float, default=0, help="0: fixed output length")
     parser.add_argument("--seed", type=int, default=0)
@@ -143,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     requests = make_requests(args.num_requests, args.input_len, args.output_len, args.input_len_std,
-                             args.output_len_std, args.seed, args.shared_prefix_len)
+                             args.output_len_std, args.seed, args.shared_prefix_len, args.turns)
     write_perf_analyzer_data(out / "perf_analyzer_inputs.json", requests)
     summaries = sweep(args.url, requests, args.concurrency, args.request_rate, args.timeout_s,
                       show_progress=not args.no_progress)
@@ -152,9 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     plot(summaries, out / "results.png")
     for s in summaries:
         level = f"concurrency={s['concurrency']}" if "concurrency" in s else f"rate={s['request_rate']}/s"
-        logger.info("%s: %.1f output tok/s, %.2f req/s, TTFT p50 %s s, ITL p50 %s s, draft acceptance %s, "
-                    "errors %d", level, s["output_tokens_per_s"] or 0, s["requests_per_s"] or 0,
-                    _fmt(s["ttft_s"]["p50"]), _fmt(s["itl_s"]["p50"]), _fmt(s["acceptance_rate"]), s["errors"])
+        logger.info("%s: %.1f output tok/s, %.2f req/s, TTFT p50 %s s, ITL p50 %s s, prefix cache hits %s, "
+                    "draft acceptance %s, errors %d", level, s["output_tokens_per_s"] or 0, s["requests_per_s"] or 0,
+                    _fmt(s["ttft_s"]["p50"]), _fmt(s["itl_s"]["p50"]), _fmt(s["prefix_cache_hit_rate"]),
+                    _fmt(s["acceptance_rate"]), s["errors"])
     logger.info("wrote %s, %s and %s", out / "results.json", out / "results.png", out / "perf_analyzer_inputs.json")
     return 0 if all(s["errors"] == 0 for s in summaries) else 1
 

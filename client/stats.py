@@ -26,6 +26,7 @@ def summarize(completions: list[Completion], wall_s: float) -> dict:
     """TTFT, ITL and end-to-end latency percentiles (seconds), token and request throughput."""
     ok = [c for c in completions if not c.error]
     output_tokens = sum(c.num_output_tokens for c in ok)
+    input_tokens, cached_tokens = sum(c.num_input_tokens for c in ok), sum(c.num_cached_tokens for c in ok)
     drafted, accepted = sum(c.draft_tokens for c in ok), sum(c.accepted_draft_tokens for c in ok)
     return {
         "requests": len(completions),
@@ -33,8 +34,11 @@ def summarize(completions: list[Completion], wall_s: float) -> dict:
         "wall_s": wall_s,
         "requests_per_s": len(ok) / wall_s if wall_s > 0 else None,
         "output_tokens_per_s": output_tokens / wall_s if wall_s > 0 else None,
-        "input_tokens": sum(c.num_input_tokens for c in ok),
+        "input_tokens": input_tokens,
         "output_tokens": output_tokens,
+        # prompt tokens the server's prefix cache served instead of computing them
+        "cached_input_tokens": cached_tokens,
+        "prefix_cache_hit_rate": cached_tokens / input_tokens if input_tokens else None,
         "ttft_s": percentiles([c.ttft_s for c in ok if c.ttft_s is not None]),
         "itl_s": percentiles([x for c in ok for x in inter_token_latencies(c)]),
         "e2e_s": percentiles([c.e2e_s for c in ok if c.e2e_s is not None]),

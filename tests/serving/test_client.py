@@ -64,3 +64,21 @@ def test_input_tensors_have_batch_dimension_and_triton_dtypes():
     assert inputs["max_tokens"].datatype() == "INT32" and inputs["max_tokens"].shape() == [1, 1]
     assert inputs["seed"].datatype() == "UINT64" and inputs["stream"].datatype() == "BOOL"
     assert inputs["stop_words"].shape() == [1, 2]
+
+
+def test_conversations_add_a_follow_up_of_input_len_words_a_later_turn():
+    requests = make_requests(3, 12, 5, seed=2, turns=4, shared_prefix_len=6)
+    assert all(len(r.follow_ups) == 3 and all(len(f.split()) == 12 for f in r.follow_ups) for r in requests)
+    assert all(len(r.prompt.split()) == 18 for r in requests)
+    assert requests == make_requests(3, 12, 5, seed=2, turns=4, shared_prefix_len=6)
+    assert make_requests(2, 12, 5)[0].follow_ups == ()
+    with pytest.raises(ValueError, match="turns"):
+        make_requests(2, 12, 5, turns=0)
+
+
+def test_summary_reports_the_prompt_tokens_the_prefix_cache_served():
+    a = Completion(num_input_tokens=100, num_cached_tokens=64, final=True)
+    b = Completion(num_input_tokens=60, num_cached_tokens=0, final=True)
+    s = summarize([a, b, Completion(error="boom", final=True)], wall_s=1.0)
+    assert (s["cached_input_tokens"], s["prefix_cache_hit_rate"]) == (64, pytest.approx(0.4))
+    assert summarize([], wall_s=1.0)["prefix_cache_hit_rate"] is None

@@ -1,7 +1,8 @@
 """dsa_llm with data_parallel_size 2 in a real tritonserver: two engines (replicas), each in a
 process of its own, behind one model instance (dsa_backend/replicas.py). On the CPU both run there;
 on a machine of two GPUs, one a GPU. Requests spread over them, each replica reports its own
-gauges, and a client's cancellation through the ensemble reaches the replica running the request."""
+gauges, a client's cancellation through the ensemble reaches the replica running the request, and
+a conversation's later turns go where its earlier ones are cached (PrefixRouter)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 import torch
 
 from dsa_client.grpc_stream import generate
+from dsa_client.loadgen import run_concurrency, sweep
+from dsa_client.workload import make_requests
 
 from .servers import assert_concurrent_streams_match, read_metric
 from .test_server_e2e import settle
@@ -112,3 +115,19 @@ def test_a_conversations_next_turn_goes_to_the_replica_that_cached_its_earlier_t
     # the next turn found the first turn's whole pages cached on their replica
     assert second.num_cached_tokens >= first.num_input_tokens - first.num_input_tokens % 16 - 16 > 0
     assert busy == 0
+
+
+def test_loadgen_conversations_find_their_history_cached_turn_after_turn(served):
+    # dsa_client.loadgen --turns 3: four conversations at once over the two replicas; each later
+    # turn resends the one before it and its reply, and finds their whole pages cached (sent to a
+    # replica by load alone, about half of them would not)
+    turns = 3
+    [summary] = sweep(served.grpc_url, make_requests(4, 40, 6, seed=3, turns=turns), [4], timeout_s=120,
+                      show_progress=False)
+    assert summary["requests"] == 4 * turns and summary["errors"] == 0
+    completions = run_concurrency(served.grpc_url, make_requests(4, 40, 6, seed=4, turns=turns), 4, 120)[0]
+    for i in range(0, len(completions), turns):
+        conversation = completions[i:i + turns]
+        for before, after in zip(conversation, conversation[1:]):
+            assert after.num_cached_tokens >= before.num_input_tokens - before.num_input_tokens % 16 - 16 > 0
+    assert summary["prefix_cache_hit_rate"] > 0.3
