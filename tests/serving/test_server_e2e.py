@@ -249,7 +249,8 @@ def test_cancel_mid_stream_stops_generation_and_frees_pages(served, metric, n):
         time.sleep(0.5)
     assert settled == metric("dsa_generation_tokens_total")
     assert settled - generated_before < 100 * n                  # far from the 400 a sample asked for
-    assert settle(lambda: metric("dsa_requests_total", finish_reason="abort") - aborted_before, n) == n
+    # counted with the final response, which can come after the gauges show the request gone
+    assert settle(lambda: (metric("dsa_requests_total", finish_reason="abort") or 0) - aborted_before, n) == n
 
 
 def test_kernel_loads_while_serving_are_reported(served, metric):
