@@ -2,12 +2,16 @@
 process of its own, behind one model instance (dsa_backend/replicas.py). On the CPU both run there;
 on a machine of two GPUs, one a GPU. Requests spread over them, each replica reports its own
 gauges, a client's cancellation through the ensemble reaches the replica running the request, and
-a conversation's later turns go where its earlier ones are cached (PrefixRouter)."""
+a conversation's later turns go where its earlier ones are cached (PrefixRouter), and while one
+replica's engine restarts the other takes every request."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
+import time
 
 import pytest
 import torch
@@ -136,3 +140,31 @@ def test_loadgen_conversations_find_their_history_cached_turn_after_turn(served)
         for before, after in zip(conversation, conversation[1:]):
             assert after.num_cached_tokens >= before.num_input_tokens - before.num_input_tokens % 16 - 16 > 0
     assert summary["prefix_cache_hit_rate"] > 0.3
+
+
+def test_while_a_replicas_engine_restarts_the_other_takes_every_request(served):
+    victim = engine_processes(served)[0]
+    log_size = served.log_file.stat().st_size
+
+    def log_since() -> str:
+        return served.log_file.read_bytes()[log_size:].decode(errors="replace")
+
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while "engine process has exited (code -9)" not in log_since() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    # four at once: by load alone two would go to the replica that is starting again, and fail
+    threads, results = long_streams(served, 4, 24)
+    for t in threads:
+        t.join(120)
+    restarting = "the engine process was restarted" not in log_since()
+    assert [results[i].error for i in range(4)] == [None] * 4
+    deadline = time.monotonic() + 120
+    while "the engine process was restarted" not in log_since() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    processes = engine_processes(served)
+    assert restarting and len(processes) == 2 and victim not in processes
+    threads, results = long_streams(served, 4, 24)     # and both serve again
+    for t in threads:
+        t.join(120)
+    assert [results[i].error for i in range(4)] == [None] * 4
