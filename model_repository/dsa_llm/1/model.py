@@ -138,8 +138,8 @@ class TritonPythonModel:
         for index, (engine_id, params) in enumerate(zip(engine_ids, samples)):
             try:
                 engine.submit(engine_id, parsed.prompt_token_ids, params,
-                                   lambda out, i=index: self.outputs.put((request_id, i, out, time.monotonic())),
-                                   parsed.priority)
+                              lambda out, i=index: self.outputs.put((request_id, i, out, time.monotonic())),
+                              parsed.priority)
             except Exception as e:
                 # The sender thread owns this sender from now on, so it sends the error too: the
                 # samples not submitted fail with it, and those submitted are aborted.
