@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import pytest
+import torch
+
 from dsa_backend.engine import EngineArgs
-from dsa_backend.replicas import PrefixRouter, replica_args
+from dsa_backend.replicas import PrefixRouter, Replicas, replica_args
 
 PAGE = 4
 
@@ -19,6 +22,15 @@ def test_replicas_take_their_gpus_one_after_another_from_the_device():
     assert [replica_args(args, r).device for r in range(3)] == ["cuda:2", "cuda:4", "cuda:6"]
     on_cpu = EngineArgs(model="m", device="cpu")
     assert replica_args(on_cpu, 1) is on_cpu
+
+
+def test_too_few_gpus_are_refused_before_any_engine_starts():
+    gpus = torch.cuda.device_count()
+    with pytest.raises(ValueError, match=f"data_parallel_size=2 x tensor_parallel_size={gpus + 1} needs "
+                                         f"{2 * gpus + 2} GPUs from cuda:0; this machine has {gpus}"):
+        Replicas(EngineArgs(model="m", device="cuda:0", tensor_parallel_size=gpus + 1), 2)
+    with pytest.raises(ValueError, match="data_parallel_size must be positive"):
+        Replicas(EngineArgs(model="m", device="cpu"), 0)
 
 
 def test_a_prompt_nobody_was_sent_goes_to_the_least_busy_replica_the_first_on_ties():
