@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from dsa_backend.cache.prefix_cache import page_keys
 from dsa_backend.engine import EngineArgs
 from dsa_backend.engine_process import EngineProcess
 
@@ -43,19 +44,19 @@ _BALANCE_SLACK = 4
 
 
 class PrefixRouter:
-    """Which replica a prompt goes to. Each replica's index holds the chained hashes of the whole
-    pages of the prompts sent to it (a page's hash covers every token before it, as the prefix
-    cache's do), at most as many as its pool has pages, the least recently sent evicted first: an
+    """Which replica a prompt goes to. Each replica's index holds the prefix cache's keys
+    (`page_keys`: a page's key covers every token before it) of the whole pages of the prompts
+    sent to it, at most as many as its pool has pages, the least recently sent evicted first: an
     estimate of what its prefix cache holds, kept without asking the engines."""
 
     def __init__(self, page_size: int, capacities: list[int]):
         self.page_size = page_size
         self._capacities = capacities
-        self._indexes: list[OrderedDict[int, None]] = [OrderedDict() for _ in capacities]
+        self._indexes: list[OrderedDict[bytes, None]] = [OrderedDict() for _ in capacities]
 
     def choose(self, prompt: list[int], loads: list[int], eligible: list[int]) -> int:
         """The replica among `eligible` for `prompt`, given each replica's requests in flight."""
-        chain = self._chain(prompt)
+        chain = page_keys(prompt, self.page_size)
         least = min(eligible, key=lambda r: loads[r])
         best, best_pages = least, 0
         for r in eligible:
@@ -67,21 +68,14 @@ class PrefixRouter:
         self._remember(best, chain)
         return best
 
-    def _chain(self, prompt: list[int]) -> list[int]:
-        chain, h, size = [], 0, self.page_size
-        for start in range(0, len(prompt) - size + 1, size):
-            h = hash((h, tuple(prompt[start:start + size])))
-            chain.append(h)
-        return chain
-
-    def _cached_pages(self, replica: int, chain: list[int]) -> int:
+    def _cached_pages(self, replica: int, chain: list[bytes]) -> int:
         index = self._indexes[replica]
         pages = 0
         while pages < len(chain) and chain[pages] in index:
             pages += 1
         return pages
 
-    def _remember(self, replica: int, chain: list[int]) -> None:
+    def _remember(self, replica: int, chain: list[bytes]) -> None:
         index = self._indexes[replica]
         for h in chain:
             index[h] = None
