@@ -3,14 +3,15 @@
 process, at each concurrency, with the same engine settings.
 
     python3 benchmarks/bench_serving.py --model /tmp/v32 --concurrency 1 8 32 [--waves 4] \
-        --input-len 1024 --output-len 128 [--set KEY=VALUE ...] [--json out.json]
+        --input-len 1024 --output-len 128 [--set KEY=VALUE ...] [--served-models dsa dsa_llm] [--json out.json]
 
 Both sides keep `concurrency` requests in flight until all are done (a closed loop: a request starts
 when one ends), with min_tokens = max_tokens so every request makes exactly --output-len tokens; a
 level times `waves` x concurrency requests. The engine alone takes token ids (its prompts are
 tokenized before the clock starts) and gives token ids; the served side pays everything a user's
 request pays: gRPC, the tokenizer model, the ensemble, dsa_llm's response stream and the incremental
-detokenizer. Each side reports output tokens/s, TTFT (from a request's start to its first token) and
+detokenizer (or, with --served-models dsa_llm, the same text requests sent to dsa_llm itself,
+which tokenizes and detokenizes them; with both, each level runs on each in turn). Each side reports output tokens/s, TTFT (from a request's start to its first token) and
 inter-token latency (dsa_client.stats), and the summary the served side's ratios to the engine's.
 Every level first runs two untimed waves on each side (compiles, CUDA graph captures), then the
 timed ones, each with prompts of its own (seeded), so that neither finds the other level's prompts in the prefix
@@ -80,14 +81,16 @@ def engine_level(engine: Engine, prompts: list[list[int]], output_len: int, conc
             "itl_s": percentiles([b - a for times in arrivals.values() for a, b in zip(times, times[1:])])}
 
 
-def workloads(args) -> dict[int, tuple[list[Request], list[Request]]]:
-    """Per concurrency: (untimed warm-up requests, timed requests), each with prompts of its own.
-    Two warm-up waves: the second wave's prefills run beside the first's decodes, as in the
-    timed ones (a shape one wave never makes compiled mid-level on the engine at concurrency 8)."""
+def workloads(args) -> dict[tuple[int, str], tuple[list[Request], list[Request]]]:
+    """Per concurrency and served model: (untimed warm-up requests, timed requests), each with
+    prompts of its own, so that no level finds another's in the prefix cache (the engine alone
+    takes the first model's). Two warm-up waves: the second wave's prefills run beside the
+    first's decodes, as in the timed ones (a shape one wave never makes compiled mid-level on the
+    engine at concurrency 8)."""
     seeds = itertools.count(args.seed)
-    return {c: tuple(make_requests(n, args.input_len, args.output_len, seed=next(seeds))
-                     for n in (2 * c, args.waves * c))
-            for c in args.concurrency}
+    return {(c, m): tuple(make_requests(n, args.input_len, args.output_len, seed=next(seeds))
+                          for n in (2 * c, args.waves * c))
+            for c in args.concurrency for m in args.served_models}
 
 
 def model_stats(server: TritonServer) -> dict[str, dict]:
@@ -120,6 +123,9 @@ def main() -> None:
     parser.add_argument("--input-len", type=int, default=1024, help="prompt length in words (about tokens)")
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--served-models", nargs="+", default=["dsa"], choices=["dsa", "dsa_llm"],
+                        help="what the served side sends to, each level in turn: the dsa ensemble, dsa_llm "
+                             "(text straight to it)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="model repository parameter for both sides (max_running_requests defaults to the "
                              "largest concurrency; data_parallel_size to 1, and the engine alone is always one)")
@@ -136,7 +142,8 @@ def main() -> None:
     engine = Engine(engine_args(settings, device))
     tokenizer = Tokenizer(args.model)
     alone = {}
-    for c, (warm, timed) in load.items():
+    for c in args.concurrency:
+        warm, timed = load[c, args.served_models[0]]
         engine_level(engine, [tokenizer.encode(r.prompt) for r in warm], args.output_len, c)
         alone[c] = engine_level(engine, [tokenizer.encode(r.prompt) for r in timed], args.output_len, c)
         print(f"engine alone, concurrency {c}: {alone[c]['output_tokens_per_s']:.1f} tok/s", flush=True)
@@ -151,23 +158,23 @@ def main() -> None:
     repository = fill(args.model, args.repository, sets)
     log_file = Path(args.repository).parent / "tritonserver.log"
     with TritonServer(repository, log_file=log_file, exit_timeout_s=10) as server:
-        for c, (warm, timed) in load.items():
-            sweep(server.grpc_url, warm, [c], timeout_s=args.timeout_s, show_progress=False)
+        for (c, m), (warm, timed) in load.items():
+            sweep(server.grpc_url, warm, [c], timeout_s=args.timeout_s, show_progress=False, model=m)
             before = model_stats(server)
-            [served[c]] = sweep(server.grpc_url, timed, [c], timeout_s=args.timeout_s, show_progress=False)
-            served[c]["triton_models"] = per_request_us(before, model_stats(server))
-            print(f"served, concurrency {c}: {served[c]['output_tokens_per_s'] or 0:.1f} tok/s, "
-                  f"errors {served[c]['errors']}", flush=True)
+            [served[c, m]] = sweep(server.grpc_url, timed, [c], timeout_s=args.timeout_s, show_progress=False,
+                                   model=m)
+            served[c, m]["triton_models"] = per_request_us(before, model_stats(server))
+            print(f"served by {m}, concurrency {c}: {served[c, m]['output_tokens_per_s'] or 0:.1f} tok/s, "
+                  f"errors {served[c, m]['errors']}", flush=True)
 
     def ratio(a, b):
         return None if a is None or not b else round(a / b, 3)
 
-    levels = [{"concurrency": c, "engine": alone[c], "served": served[c],
-               "served_over_engine_tokens_per_s": ratio(served[c]["output_tokens_per_s"],
-                                                        alone[c]["output_tokens_per_s"]),
-               "served_over_engine_itl_p50": ratio(served[c]["itl_s"]["p50"], alone[c]["itl_s"]["p50"]),
-               "served_over_engine_ttft_p50": ratio(served[c]["ttft_s"]["p50"], alone[c]["ttft_s"]["p50"])}
-              for c in args.concurrency]
+    levels = [{"concurrency": c, "served_model": m, "engine": alone[c], "served": level,
+               "served_over_engine_tokens_per_s": ratio(level["output_tokens_per_s"], alone[c]["output_tokens_per_s"]),
+               "served_over_engine_itl_p50": ratio(level["itl_s"]["p50"], alone[c]["itl_s"]["p50"]),
+               "served_over_engine_ttft_p50": ratio(level["ttft_s"]["p50"], alone[c]["ttft_s"]["p50"])}
+              for (c, m), level in served.items()]
     emit({"bench": "serving", "date": datetime.date.today().isoformat(),
           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
           "model": args.model, "settings": sets, "engine_args": resolved, "input_len": args.input_len,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from dsa_client.grpc_stream import Completion, generate
+from dsa_client.grpc_stream import MODEL, Completion, generate
 from dsa_client.perf_inputs import write_perf_analyzer_data
 from dsa_client.stats import summarize
 from dsa_client.workload import Request, make_requests
@@ -30,35 +30,35 @@ from dsa_client.workload import Request, make_requests
 logger = logging.getLogger(__name__)
 
 
-def _send(url: str, prompt: str, max_tokens: int, timeout_s: float) -> Completion:
+def _send(url: str, prompt: str, max_tokens: int, timeout_s: float, model: str) -> Completion:
     try:
         # min_tokens == max_tokens fixes the output length whatever the model samples.
         return generate(url, prompt, max_tokens, min_tokens=max_tokens, temperature=0.0,
-                        exclude_input_in_output=True, timeout_s=timeout_s)
+                        exclude_input_in_output=True, timeout_s=timeout_s, model=model)
     except Exception as e:     # a failed request is counted, not fatal to the sweep
         return Completion(error=f"{type(e).__name__}: {e}", final=True)
 
 
-def converse(url: str, request: Request, timeout_s: float) -> list[Completion]:
+def converse(url: str, request: Request, timeout_s: float, model: str = MODEL) -> list[Completion]:
     """A request and then its follow-up turns, one after another, each turn's prompt the one
     before it, its reply and the turn's text; a turn that fails ends the conversation."""
-    completions = [_send(url, request.prompt, request.max_tokens, timeout_s)]
+    completions = [_send(url, request.prompt, request.max_tokens, timeout_s, model)]
     prompt = request.prompt
     for follow_up in request.follow_ups:
         if completions[-1].error:
             break
         prompt = f"{prompt}{completions[-1].text} {follow_up}"
-        completions.append(_send(url, prompt, request.max_tokens, timeout_s))
+        completions.append(_send(url, prompt, request.max_tokens, timeout_s, model))
     return completions
 
 
 def run_concurrency(url: str, requests: list[Request], concurrency: int, timeout_s: float,
-                    progress: tqdm | None = None) -> tuple[list[Completion], float]:
+                    progress: tqdm | None = None, model: str = MODEL) -> tuple[list[Completion], float]:
     """Keep `concurrency` requests (conversations) in flight until all are done; returns every
     turn's completion and the wall time."""
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = [pool.submit(converse, url, r, timeout_s) for r in requests]
+        futures = [pool.submit(converse, url, r, timeout_s, model) for r in requests]
         for f in futures:
             f.add_done_callback(lambda _: progress and progress.update(1))
         completions = [c for f in futures for c in f.result()]
@@ -66,7 +66,7 @@ def run_concurrency(url: str, requests: list[Request], concurrency: int, timeout
 
 
 def run_rate(url: str, requests: list[Request], rate: float, timeout_s: float, seed: int = 0,
-             progress: tqdm | None = None) -> tuple[list[Completion], float]:
+             progress: tqdm | None = None, model: str = MODEL) -> tuple[list[Completion], float]:
     """Start requests (conversations) as a Poisson process of `rate` a second; returns every turn's
     completion and the wall time."""
     rng = random.Random(seed)
@@ -78,7 +78,7 @@ def run_rate(url: str, requests: list[Request], rate: float, timeout_s: float, s
         time.sleep(max(0.0, next_at - time.perf_counter()))
 
         def work(i=i, r=r):
-            results[i] = converse(url, r, timeout_s)
+            results[i] = converse(url, r, timeout_s, model)
             if progress:
                 progress.update(1)
 
@@ -94,16 +94,17 @@ def run_rate(url: str, requests: list[Request], rate: float, timeout_s: float, s
 
 
 def sweep(url: str, requests: list[Request], concurrency: list[int] | None = None, rates: list[float] | None = None,
-          timeout_s: float = 600, show_progress: bool = True) -> list[dict]:
-    """Run every load level in turn; one summary per level."""
+          timeout_s: float = 600, show_progress: bool = True, model: str = MODEL) -> list[dict]:
+    """Run every load level in turn; one summary per level. model: the `dsa` ensemble, or
+    dsa_llm, which takes the same text requests itself (docs/SERVING.md, "Text straight to dsa_llm")."""
     levels = [("concurrency", c) for c in concurrency or []] + [("request_rate", r) for r in rates or []]
     summaries = []
     for kind, value in levels:
         with tqdm(total=len(requests), desc=f"{kind}={value}", disable=not show_progress) as bar:
             if kind == "concurrency":
-                completions, wall = run_concurrency(url, requests, int(value), timeout_s, bar)
+                completions, wall = run_concurrency(url, requests, int(value), timeout_s, bar, model)
             else:
-                completions, wall = run_rate(url, requests, float(value), timeout_s, progress=bar)
+                completions, wall = run_rate(url, requests, float(value), timeout_s, progress=bar, model=model)
         summary = {kind: value, **summarize(completions, wall)}
         errors = sorted({c.error for c in completions if c.error})
         if errors:
@@ -141,6 +142,8 @@ def plot(summaries: list[dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="127.0.0.1:8001", help="Triton gRPC address")
+    parser.add_argument("--model", default=MODEL,
+                        help="the Triton model to send to: the dsa ensemble, or dsa_llm (text straight to it)")
     parser.add_argument("--concurrency", type=int, nargs="*", help="concurrency levels to sweep")
     parser.add_argument("--request-rate", type=float, nargs="*", help="request rates (req/s) to sweep")
     parser.add_argument("--num-requests", type=int, default=32, help="requests per level")
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                              args.output_len_std, args.seed, args.shared_prefix_len, args.turns)
     write_perf_analyzer_data(out / "perf_analyzer_inputs.json", requests)
     summaries = sweep(args.url, requests, args.concurrency, args.request_rate, args.timeout_s,
-                      show_progress=not args.no_progress)
+                      show_progress=not args.no_progress, model=args.model)
     config = {k: v for k, v in vars(args).items() if k not in ("no_progress",)}
     (out / "results.json").write_text(json.dumps({"config": config, "levels": summaries}, indent=2))
     plot(summaries, out / "results.png")

@@ -115,21 +115,27 @@ def test_the_prefill_benchmark_times_every_round(tmp_path, checkpoint):
     assert res["prompt_tokens_per_s"] == round(2 * 150 / res["median_s"])
 
 
-def test_the_serving_benchmark_runs_both_sides_through_a_real_server(tmp_path, checkpoint):
+def test_the_serving_benchmark_runs_both_sides_through_a_real_server_to_the_ensemble_and_to_dsa_llm(tmp_path, checkpoint):
     script = SCRIPT.parent / "bench_serving.py"
     out = tmp_path / "serving.json"
     run = subprocess.run([sys.executable, str(script), "--model", str(checkpoint("glm_moe_dsa")), "--concurrency", "2",
                           "--waves", "1", "--input-len", "12", "--output-len", "4", "--set", "num_kv_pages=64",
                           "--set", "page_size=16", "--repository", str(tmp_path / "model_repository"),
-                          "--json", str(out)], capture_output=True, text=True, timeout=600)
+                          "--served-models", "dsa", "dsa_llm", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    [level] = json.loads(out.read_text())["levels"]
-    assert level["served"]["errors"] == 0
-    # min_tokens = max_tokens: both sides make exactly 2 requests x 4 tokens
-    assert level["engine"]["output_tokens"] == level["served"]["output_tokens"] == 8
-    assert level["served_over_engine_tokens_per_s"] > 0
-    models = level["served"]["triton_models"]
+    ensemble, direct = json.loads(out.read_text())["levels"]
+    assert (ensemble["served_model"], direct["served_model"]) == ("dsa", "dsa_llm")
+    for level in (ensemble, direct):
+        assert level["served"]["errors"] == 0
+        # min_tokens = max_tokens: both sides make exactly 2 requests x 4 tokens
+        assert level["engine"]["output_tokens"] == level["served"]["output_tokens"] == 8
+        assert level["served_over_engine_tokens_per_s"] > 0
+    models = ensemble["served"]["triton_models"]
     assert models["dsa_llm"]["requests"] == 2 and models["postprocessing"]["requests"] >= 2
+    # text straight to dsa_llm: no ensemble step ran
+    models = direct["served"]["triton_models"]
+    assert models["dsa_llm"]["requests"] == 2 and models["postprocessing"]["requests"] == 0
 
 
 def test_the_warmup_benchmark_runs_each_thread_count_in_processes_of_their_own(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -54,3 +55,10 @@ def bad_words_ids(tokenizer: Tokenizer, words: np.ndarray | None) -> np.ndarray:
             ends.append(len(ids))
     ends += [-1] * (len(ids) - len(ends))
     return np.array([ids, ends], dtype=np.int32).reshape(2, len(ids))
+
+
+def tokenized(tokenizer: Tokenizer, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A request's text inputs as dsa_llm's token inputs: the prompt (text_input, or chat
+    messages) as input_ids, bad_words as bad_words_ids."""
+    ids = prompt_token_ids(tokenizer, inputs.get("text_input"), inputs.get("messages"))
+    return {"input_ids": np.array(ids, dtype=np.int32), "bad_words_ids": bad_words_ids(tokenizer, inputs.get("bad_words"))}

@@ -39,11 +39,6 @@ def error_response(message: str):
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
 
 
-def strings(values: list[str]) -> np.ndarray:
-    """A BYTES array of UTF-8 encoded strings."""
-    return np.array([v.encode("utf-8") for v in values], dtype=np.object_)
-
-
 def model_parameters(args: dict) -> dict[str, str]:
     """config.pbtxt `parameters` as {key: string_value}, refusing fill_template placeholders."""
     config = json.loads(args["model_config"])

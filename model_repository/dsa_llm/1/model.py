@@ -27,6 +27,8 @@ from dsa_backend.engine_process import EngineProcess
 from dsa_backend.replicas import Replicas
 from dsa_backend.serving import engine_config, triton_io
 from dsa_backend.serving.metrics import ServerMetrics
+from dsa_backend.serving.prompt import tokenized
+from dsa_backend.serving.reply_text import client_outputs
 from dsa_backend.serving.request_params import parse_request
 from dsa_backend.serving.response_stream import ResponseStream
 from dsa_backend.tokenizer import Tokenizer
@@ -44,8 +46,10 @@ _GIL_SWITCH_INTERVAL_S = 0.0005
 class _Active:
     """A request the engine holds: its response sender and each sample's stream state."""
 
-    def __init__(self, sender, streams: list[ResponseStream], engine_ids: list[str], engine: EngineProcess):
+    def __init__(self, sender, streams: list[ResponseStream], engine_ids: list[str], engine: EngineProcess,
+                 text: bool):
         self.sender = sender
+        self.text = text                       # it sent text: its responses carry text, not token windows
         self.engine = engine                   # the replica that runs its samples
         self.streams = streams                 # by sample index
         self.engine_ids = engine_ids           # the engine's request a sample
@@ -123,6 +127,14 @@ class TritonPythonModel:
             return
         if self.draining.is_set():
             raise ValueError("the server is shutting down and takes no new requests")
+        text = "text_input" in inputs or "messages" in inputs
+        if text:
+            if "input_ids" in inputs or "bad_words_ids" in inputs:
+                raise ValueError("give the prompt as text_input (or messages) or as input_ids, not both; "
+                                 "with text, bad words go in bad_words")
+            inputs = {**inputs, **tokenized(self.tokenizer, inputs)}
+        elif "bad_words" in inputs:
+            raise ValueError("bad_words (strings) come with text_input or messages; with input_ids send bad_words_ids")
         parsed = parse_request(inputs)
         self._refuse_when_the_queue_is_full()
         request_id = f"{request.request_id() or 'req'}-{uuid.uuid4().hex[:12]}"
@@ -131,7 +143,7 @@ class TritonPythonModel:
         now = time.monotonic()
         engine = self.replicas.choose(parsed.prompt_token_ids)
         active = _Active(sender, [ResponseStream(request_id, parsed, self.tokenizer, now, index=i)
-                                  for i in range(len(samples))], engine_ids, engine)
+                                  for i in range(len(samples))], engine_ids, engine, text)
         with self.lock:
             self.active[request_id] = active
             self.num_streams += len(samples)
@@ -258,18 +270,23 @@ class TritonPythonModel:
             active.abort_all()
         if active.unfinished:
             if not (active.cancelled or active.error) and reply.outputs is not None:
-                active.sender.send(triton_io.response(reply.outputs))
+                active.sender.send(self._response(active, reply.outputs))
             return
         if active.error:
             response = triton_io.error_response(active.error)
         elif active.cancelled or reply.outputs is None:
             response = None
         else:
-            response = triton_io.response(reply.outputs)
+            response = self._response(active, reply.outputs)
         # Refresh the gauges first, so a client that reads them after its last response sees the
         # pages of this request already freed.
         self.metrics.engine_stats(self.replicas.stats())
         self._finish(request_id, active, response, None)
+
+    def _response(self, active: _Active, reply: dict):
+        """The reply as its request wants it: for postprocessing, or as text (what postprocessing
+        would have made of it)."""
+        return triton_io.response(client_outputs(self.tokenizer, reply)[0] if active.text else reply)
 
     def _finish(self, request_id: str, active: _Active, response, error: str | None) -> None:
         with self.lock:

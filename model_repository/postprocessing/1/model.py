@@ -9,8 +9,8 @@ import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from dsa_backend.detokenizer import window_text
-from dsa_backend.serving import reply_layout, triton_io
+from dsa_backend.serving import triton_io
+from dsa_backend.serving.reply_text import client_outputs, strings
 from dsa_backend.tokenizer import Tokenizer
 
 logger = logging.getLogger("postprocessing")
@@ -32,15 +32,11 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             try:
-                window, fields, request_id = reply_layout.unpack(triton_io.request_inputs(request))
-                if self._cancel_check_due(request_id, final=bool(fields["finish_reason"][0])) and request.is_cancelled():
+                outputs, request_id = client_outputs(self.tokenizer, triton_io.request_inputs(request))
+                if self._cancel_check_due(request_id, final=bool(outputs["finish_reason"][0])) and request.is_cancelled():
                     responses.append(self._cancelled(request_id))
                     continue
-                skip = bool(fields.pop("skip_special_tokens")[0])
-                outputs = {"text_output": triton_io.strings([window_text(self.tokenizer, window, skip)]),
-                           "out_top_tokens": triton_io.strings([self.tokenizer.decode([t], skip_special_tokens=False)
-                                                                for t in fields["top_token_ids"].tolist()])}
-                outputs.update({f"out_{name}": value for name, value in fields.items()})
+                outputs = {name if name == "text_output" else f"out_{name}": value for name, value in outputs.items()}
                 responses.append(triton_io.response(outputs))
             except Exception as e:     # never let an exception escape execute
                 responses.append(triton_io.error_response(f"postprocessing failed: {type(e).__name__}: {e}"))
@@ -71,4 +67,4 @@ class TritonPythonModel:
             logger.warning("postprocessing: aborting a cancelled request failed", exc_info=True)
         # An empty delta, not an error: after an error step a cancelled Triton 2.51 ensemble
         # request never completes, and server shutdown then waits out its exit timeout.
-        return triton_io.response({"text_output": triton_io.strings([""])})
+        return triton_io.response({"text_output": strings([""])})
