@@ -12,13 +12,15 @@ import json
 import math
 import sys
 
-from dsa_client.grpc_stream import generate_samples
+from dsa_client.grpc_stream import MODEL, generate_samples
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("prompt", help="prompt text; with --chat, the user message")
     parser.add_argument("--url", default="127.0.0.1:8001", help="Triton gRPC address")
+    parser.add_argument("--model", default=MODEL,
+                        help="the Triton model to send to: the dsa ensemble, or dsa_llm (text straight to it)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
     parser.add_argument("--top-p", type=float)
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         top_p=args.top_p, top_k=args.top_k, seed=args.seed, stop_words=args.stop, messages=messages,
         exclude_input_in_output=True, guided_decoding_guide_type=args.guide_type, guided_decoding_guide=guide,
         num_return_sequences=args.n if args.n != 1 else None, return_prompt_log_probs=args.score or None,
-        priority=args.priority)
+        priority=args.priority, model=args.model)
     failed = False
     for index, completion in enumerate(samples):
         if args.n != 1:

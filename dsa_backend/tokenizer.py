@@ -35,7 +35,7 @@ class Tokenizer:
 
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         """Token ids of `text`, with the BOS token first when `add_bos` and the config ask for it."""
-        ids = self._tok.encode(text, add_special_tokens=False).ids
+        ids = self._ids(text)
         if add_bos and self.add_bos_token and self.bos_token_id is not None:
             return [self.bos_token_id, *ids]
         return ids
@@ -69,8 +69,12 @@ class Tokenizer:
 
     def encode_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> list[int]:
         """Token ids of a rendered chat; special tokens in the template become their ids."""
-        text = self.apply_chat_template(messages, add_generation_prompt)
-        return self._tok.encode(text, add_special_tokens=False).ids
+        return self._ids(self.apply_chat_template(messages, add_generation_prompt))
+
+    def _ids(self, text: str) -> list[int]:
+        # encode_batch lets go of the GIL while it encodes, and encode does not: a server's other
+        # threads (dsa_llm's sender, its other tokenizing threads) run meanwhile.
+        return self._tok.encode_batch([text], add_special_tokens=False)[0].ids
 
 
 def _token_content(token: Any) -> str | None:

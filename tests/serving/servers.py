@@ -77,8 +77,9 @@ def start_server(request, checkpoint, tmp_path_factory, overrides: dict[str, str
     return server
 
 
-def assert_concurrent_streams_match(served, offline_llm, prompts: list[str], max_tokens: int = 12) -> None:
-    """Greedy streams of every prompt at once give the offline LLM's text for each."""
+def assert_concurrent_streams_match(served, offline_llm, prompts: list[str], max_tokens: int = 12,
+                                    model: str = "dsa") -> None:
+    """Greedy streams of every prompt at once, to `model`, give the offline LLM's text for each."""
     from dsa_backend import SamplingParams
     from dsa_client.grpc_stream import generate
 
@@ -86,7 +87,7 @@ def assert_concurrent_streams_match(served, offline_llm, prompts: list[str], max
 
     def stream(prompt):
         results[prompt] = generate(served.grpc_url, prompt, max_tokens, temperature=0.0,
-                                   exclude_input_in_output=True, timeout_s=120)
+                                   exclude_input_in_output=True, timeout_s=120, model=model)
 
     threads = [threading.Thread(target=stream, args=(p,)) for p in prompts]
     for t in threads:

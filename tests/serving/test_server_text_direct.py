@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from dataclasses import asdict
 
 import numpy as np
@@ -14,6 +15,7 @@ import tritonclient.grpc as grpcclient
 from dsa_backend import SamplingParams
 from dsa_client.grpc_stream import build_inputs, generate, generate_samples
 
+from .servers import assert_concurrent_streams_match
 from .test_server_e2e import PROMPTS, settle
 
 DIRECT = "dsa_llm"
@@ -58,6 +60,30 @@ def test_text_to_dsa_llm_streams_the_offline_llms_text(served, offline_llm):
     [offline] = offline_llm.generate(PROMPTS["chinese"], SamplingParams(max_tokens=16, temperature=0))
     assert len(direct.deltas) > 1 and direct.text == offline.text
     assert (direct.finish_reason, direct.num_output_tokens) == ("length", 16)
+
+
+def test_text_streams_to_dsa_llm_at_once_are_tokenized_side_by_side_and_each_is_the_offline_llms(served, offline_llm):
+    prompts = [f"{PROMPTS['english']} {i} " * (1 + i % 3) for i in range(8)]
+    assert_concurrent_streams_match(served, offline_llm, prompts, model=DIRECT)
+
+
+def test_the_stream_cli_and_loadgen_send_to_dsa_llm(served, offline_llm, capsys, tmp_path):
+    from dsa_client import loadgen, stream
+
+    assert stream.main(["--url", served.grpc_url, "--model", DIRECT, "--max-tokens", "6", PROMPTS["english"]]) == 0
+    [offline] = offline_llm.generate(PROMPTS["english"], SamplingParams(max_tokens=6, temperature=0))
+    assert capsys.readouterr().out == offline.text + "\n"
+    requests_before = _postprocessing_requests(served)
+    assert loadgen.main(["--url", served.grpc_url, "--model", DIRECT, "--concurrency", "2", "--num-requests", "4",
+                         "--input-len", "20", "--output-len", "4", "--out", str(tmp_path), "--no-progress"]) == 0
+    [level] = json.loads((tmp_path / "results.json").read_text())["levels"]
+    assert (level["errors"], level["output_tokens"]) == (0, 16)
+    assert _postprocessing_requests(served) == requests_before      # nothing went through the ensemble
+
+
+def _postprocessing_requests(served) -> int:
+    url = f"http://127.0.0.1:{served.ports.http}/v2/models/postprocessing/stats"
+    return json.load(urllib.request.urlopen(url, timeout=10))["model_stats"][0]["inference_stats"]["success"]["count"]
 
 
 def test_n_samples_of_text_to_dsa_llm_are_the_ensembles(served):

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import triton_python_backend_utils as pb_utils
 
@@ -41,6 +42,7 @@ _POLL_INTERVAL_S = 0.1
 # outputs arrive, the sender after each message to the server) can wait that long for the other
 # to yield it (docs/PERFORMANCE.md, "Serving: the engine against the served engine").
 _GIL_SWITCH_INTERVAL_S = 0.0005
+_TOKENIZER_THREADS = 4        # text requests tokenized at once (a 1K-token prompt: ~2-3 ms)
 
 
 class _Active:
@@ -98,25 +100,49 @@ class TritonPythonModel:
         self.lock = threading.Lock()
         self.outputs: queue.Queue = queue.Queue()
         self.draining = threading.Event()
+        self.tokenizing = ThreadPoolExecutor(_TOKENIZER_THREADS, thread_name_prefix="dsa_llm-tokenize")
+        self.admitting = threading.Lock()      # requests reach the router and the engines one at a time
         self.sender_thread = threading.Thread(target=self._send_loop, name="dsa_llm-sender", daemon=True)
         self.sender_thread.start()
 
     def execute(self, requests):
         for request in requests:
-            sender = request.get_response_sender()
+            sender, arrived = request.get_response_sender(), time.monotonic()
             try:
-                self._submit(request, sender)
-            except Overloaded as e:
-                self._send_error(sender, str(e), finish_reason="rejected")
+                inputs = triton_io.request_inputs(request)
             except ValueError as e:
                 self._send_error(sender, str(e))
-            except Exception as e:     # an engine bug must not escape execute and hang the client
-                logger.exception("dsa_llm: request failed")
-                self._send_error(sender, f"internal error: {type(e).__name__}: {e}")
+                continue
+            if "text_input" in inputs or "messages" in inputs:
+                # Tokenizing a long prompt takes milliseconds: on this thread the requests behind
+                # it would wait, so a pool does it (the tokenizer lets go of the GIL meanwhile).
+                self.tokenizing.submit(self._serve, inputs, request.request_id(), sender, arrived)
+            else:
+                self._serve(inputs, request.request_id(), sender, arrived)
         return None
 
-    def _submit(self, request, sender) -> None:
-        inputs = triton_io.request_inputs(request)
+    def _serve(self, inputs: dict, triton_id: str, sender, arrived: float) -> None:
+        try:
+            text = "text_input" in inputs or "messages" in inputs
+            if text:
+                if "input_ids" in inputs or "bad_words_ids" in inputs:
+                    raise ValueError("give the prompt as text_input (or messages) or as input_ids, not both; "
+                                     "with text, bad words go in bad_words")
+                inputs = {**inputs, **tokenized(self.tokenizer, inputs)}
+            elif "bad_words" in inputs:
+                raise ValueError("bad_words (strings) come with text_input or messages; with input_ids send "
+                                 "bad_words_ids")
+            with self.admitting:
+                self._submit(inputs, triton_id, sender, arrived, text)
+        except Overloaded as e:
+            self._send_error(sender, str(e), finish_reason="rejected")
+        except ValueError as e:
+            self._send_error(sender, str(e))
+        except Exception as e:     # an engine bug must not escape and hang the client
+            logger.exception("dsa_llm: request failed")
+            self._send_error(sender, f"internal error: {type(e).__name__}: {e}")
+
+    def _submit(self, inputs: dict, triton_id: str, sender, arrived: float, text: bool) -> None:
         if "abort_request_id" in inputs or "drain" in inputs:
             if "abort_request_id" in inputs:
                 self._abort_for_peer(inputs["abort_request_id"][0].decode())
@@ -127,22 +153,13 @@ class TritonPythonModel:
             return
         if self.draining.is_set():
             raise ValueError("the server is shutting down and takes no new requests")
-        text = "text_input" in inputs or "messages" in inputs
-        if text:
-            if "input_ids" in inputs or "bad_words_ids" in inputs:
-                raise ValueError("give the prompt as text_input (or messages) or as input_ids, not both; "
-                                 "with text, bad words go in bad_words")
-            inputs = {**inputs, **tokenized(self.tokenizer, inputs)}
-        elif "bad_words" in inputs:
-            raise ValueError("bad_words (strings) come with text_input or messages; with input_ids send bad_words_ids")
         parsed = parse_request(inputs)
         self._refuse_when_the_queue_is_full()
-        request_id = f"{request.request_id() or 'req'}-{uuid.uuid4().hex[:12]}"
+        request_id = f"{triton_id or 'req'}-{uuid.uuid4().hex[:12]}"
         samples = parsed.params.samples()
         engine_ids = [request_id] if len(samples) == 1 else [f"{request_id}/{i}" for i in range(len(samples))]
-        now = time.monotonic()
         engine = self.replicas.choose(parsed.prompt_token_ids)
-        active = _Active(sender, [ResponseStream(request_id, parsed, self.tokenizer, now, index=i)
+        active = _Active(sender, [ResponseStream(request_id, parsed, self.tokenizer, arrived, index=i)
                                   for i in range(len(samples))], engine_ids, engine, text)
         with self.lock:
             self.active[request_id] = active
@@ -338,6 +355,7 @@ class TritonPythonModel:
         # shutdown() ends every in-flight request with a final output, which the sender thread
         # turns into final responses before it stops.
         logger.info("dsa_llm: shutting down with %d requests in flight", len(self.active))
+        self.tokenizing.shutdown(wait=True)     # what it holds still reaches the engine, and ends below
         self.replicas.shutdown(self.shutdown_timeout_s)
         self.outputs.put(None)
         self.sender_thread.join(self.shutdown_timeout_s)
