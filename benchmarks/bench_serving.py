@@ -126,6 +126,9 @@ def main() -> None:
     parser.add_argument("--served-models", nargs="+", default=["dsa"], choices=["dsa", "dsa_llm"],
                         help="what the served side sends to, each level in turn: the dsa ensemble, dsa_llm "
                              "(text straight to it)")
+    parser.add_argument("--all-outputs", action="store_true",
+                        help="the served requests ask for every output, as perf_analyzer does (by default only "
+                             "those the client reads)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="model repository parameter for both sides (max_running_requests defaults to the "
                              "largest concurrency; data_parallel_size to 1, and the engine alone is always one)")
@@ -159,10 +162,11 @@ def main() -> None:
     log_file = Path(args.repository).parent / "tritonserver.log"
     with TritonServer(repository, log_file=log_file, exit_timeout_s=10) as server:
         for (c, m), (warm, timed) in load.items():
-            sweep(server.grpc_url, warm, [c], timeout_s=args.timeout_s, show_progress=False, model=m)
+            options = {"model": m, "all_outputs": args.all_outputs}
+            sweep(server.grpc_url, warm, [c], timeout_s=args.timeout_s, show_progress=False, **options)
             before = model_stats(server)
             [served[c, m]] = sweep(server.grpc_url, timed, [c], timeout_s=args.timeout_s, show_progress=False,
-                                   model=m)
+                                   **options)
             served[c, m]["triton_models"] = per_request_us(before, model_stats(server))
             print(f"served by {m}, concurrency {c}: {served[c, m]['output_tokens_per_s'] or 0:.1f} tok/s, "
                   f"errors {served[c, m]['errors']}", flush=True)
@@ -178,7 +182,8 @@ def main() -> None:
     emit({"bench": "serving", "date": datetime.date.today().isoformat(),
           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
           "model": args.model, "settings": sets, "engine_args": resolved, "input_len": args.input_len,
-          "output_len": args.output_len, "waves": args.waves, "levels": levels}, args.json)
+          "output_len": args.output_len, "waves": args.waves, "all_outputs": args.all_outputs, "levels": levels},
+         args.json)
 
 
 if __name__ == "__main__":

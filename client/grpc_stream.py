@@ -30,6 +30,12 @@ _SCALAR_TYPES = {
     "guided_decoding_guide_type": "BYTES", "guided_decoding_guide": "BYTES",
 }
 _LIST_TYPES = {"stop_words": "BYTES", "bad_words": "BYTES"}
+# The outputs a Completion reads, the log probs' only when asked for: a server builds fewer
+# tensors a response (dsa_llm, for text sent to it, builds only those asked for).
+_OUTPUTS = ("text_output", "finish_reason", "num_input_tokens", "num_output_tokens", "num_cached_tokens",
+            "cum_log_probs", "total_draft_tokens", "total_accepted_draft_tokens", "sequence_index")
+_LOG_PROB_OUTPUTS = ("output_log_probs", "prompt_log_probs", "top_token_ids", "top_log_probs", "top_tokens")
+_LOG_PROB_INPUTS = ("return_log_probs", "return_prompt_log_probs", "num_top_log_probs", "sampling_parameters")
 _NP = {"FP32": np.float32, "INT32": np.int32, "UINT64": np.uint64, "BOOL": np.bool_, "BYTES": np.object_}
 
 
@@ -105,12 +111,13 @@ def generate(url: str, prompt: str, max_tokens: int | None, **kwargs: Any) -> Co
 def generate_samples(url: str, prompt: str, max_tokens: int | None, *, stream: bool = True,
                      timeout_s: float = 600, on_delta: Callable[[str], None] | None = None,
                      cancel_after: int | None = None, inputs: list[grpcclient.InferInput] | None = None,
-                     model: str = MODEL, **params: Any) -> list[Completion]:
+                     model: str = MODEL, all_outputs: bool = False, **params: Any) -> list[Completion]:
     """Send one request and collect its responses until the final one (or an error): a
     Completion a sample, by sequence_index (one unless num_return_sequences asks for more).
 
     `cancel_after` closes the stream, cancelling the request, after that many responses.
     `inputs` replaces the tensors built from prompt/max_tokens/params (to send malformed ones).
+    Only the outputs a Completion reads are asked for, unless `all_outputs` (or `inputs`).
     on_delta hears sample 0's text.
     """
     client = grpcclient.InferenceServerClient(url)
@@ -120,6 +127,7 @@ def generate_samples(url: str, prompt: str, max_tokens: int | None, *, stream: b
     client.start_stream(callback=lambda result, error: responses.put((result, error, time.perf_counter())))
     try:
         client.async_stream_infer(model, inputs or build_inputs(prompt, max_tokens, stream=stream, **params),
+                                  outputs=None if all_outputs or inputs else requested_outputs(params),
                                   request_id=uuid.uuid4().hex[:16])
         deadline = start + timeout_s
         received, final = 0, False
@@ -151,6 +159,12 @@ def generate_samples(url: str, prompt: str, max_tokens: int | None, *, stream: b
         client.stop_stream()
         client.close()
     return [samples[i] for i in sorted(samples)]
+
+
+def requested_outputs(params: dict[str, Any]) -> list[grpcclient.InferRequestedOutput]:
+    """The outputs a request with these inputs needs: the log probs' only where they are asked for."""
+    log_probs = any(params.get(name) for name in _LOG_PROB_INPUTS)
+    return [grpcclient.InferRequestedOutput(name) for name in _OUTPUTS + (_LOG_PROB_OUTPUTS if log_probs else ())]
 
 
 def _add_response(completion: Completion, result) -> None:

@@ -19,6 +19,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -30,35 +31,36 @@ from dsa_client.workload import Request, make_requests
 logger = logging.getLogger(__name__)
 
 
-def _send(url: str, prompt: str, max_tokens: int, timeout_s: float, model: str) -> Completion:
+def _send(url: str, prompt: str, max_tokens: int, timeout_s: float, **options: Any) -> Completion:
+    """options: generate's model and all_outputs."""
     try:
         # min_tokens == max_tokens fixes the output length whatever the model samples.
         return generate(url, prompt, max_tokens, min_tokens=max_tokens, temperature=0.0,
-                        exclude_input_in_output=True, timeout_s=timeout_s, model=model)
+                        exclude_input_in_output=True, timeout_s=timeout_s, **options)
     except Exception as e:     # a failed request is counted, not fatal to the sweep
         return Completion(error=f"{type(e).__name__}: {e}", final=True)
 
 
-def converse(url: str, request: Request, timeout_s: float, model: str = MODEL) -> list[Completion]:
+def converse(url: str, request: Request, timeout_s: float, **options: Any) -> list[Completion]:
     """A request and then its follow-up turns, one after another, each turn's prompt the one
     before it, its reply and the turn's text; a turn that fails ends the conversation."""
-    completions = [_send(url, request.prompt, request.max_tokens, timeout_s, model)]
+    completions = [_send(url, request.prompt, request.max_tokens, timeout_s, **options)]
     prompt = request.prompt
     for follow_up in request.follow_ups:
         if completions[-1].error:
             break
         prompt = f"{prompt}{completions[-1].text} {follow_up}"
-        completions.append(_send(url, prompt, request.max_tokens, timeout_s, model))
+        completions.append(_send(url, prompt, request.max_tokens, timeout_s, **options))
     return completions
 
 
 def run_concurrency(url: str, requests: list[Request], concurrency: int, timeout_s: float,
-                    progress: tqdm | None = None, model: str = MODEL) -> tuple[list[Completion], float]:
+                    progress: tqdm | None = None, **options: Any) -> tuple[list[Completion], float]:
     """Keep `concurrency` requests (conversations) in flight until all are done; returns every
     turn's completion and the wall time."""
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = [pool.submit(converse, url, r, timeout_s, model) for r in requests]
+        futures = [pool.submit(converse, url, r, timeout_s, **options) for r in requests]
         for f in futures:
             f.add_done_callback(lambda _: progress and progress.update(1))
         completions = [c for f in futures for c in f.result()]
@@ -66,7 +68,7 @@ def run_concurrency(url: str, requests: list[Request], concurrency: int, timeout
 
 
 def run_rate(url: str, requests: list[Request], rate: float, timeout_s: float, seed: int = 0,
-             progress: tqdm | None = None, model: str = MODEL) -> tuple[list[Completion], float]:
+             progress: tqdm | None = None, **options: Any) -> tuple[list[Completion], float]:
     """Start requests (conversations) as a Poisson process of `rate` a second; returns every turn's
     completion and the wall time."""
     rng = random.Random(seed)
@@ -78,7 +80,7 @@ def run_rate(url: str, requests: list[Request], rate: float, timeout_s: float, s
         time.sleep(max(0.0, next_at - time.perf_counter()))
 
         def work(i=i, r=r):
-            results[i] = converse(url, r, timeout_s, model)
+            results[i] = converse(url, r, timeout_s, **options)
             if progress:
                 progress.update(1)
 
@@ -94,17 +96,18 @@ def run_rate(url: str, requests: list[Request], rate: float, timeout_s: float, s
 
 
 def sweep(url: str, requests: list[Request], concurrency: list[int] | None = None, rates: list[float] | None = None,
-          timeout_s: float = 600, show_progress: bool = True, model: str = MODEL) -> list[dict]:
-    """Run every load level in turn; one summary per level. model: the `dsa` ensemble, or
-    dsa_llm, which takes the same text requests itself (docs/SERVING.md, "Text straight to dsa_llm")."""
+          timeout_s: float = 600, show_progress: bool = True, **options: Any) -> list[dict]:
+    """Run every load level in turn; one summary per level. options: generate's `model` (the
+    `dsa` ensemble, or dsa_llm, which takes the same text requests itself: docs/SERVING.md, "Text
+    straight to dsa_llm") and `all_outputs` (ask for every output, as perf_analyzer does)."""
     levels = [("concurrency", c) for c in concurrency or []] + [("request_rate", r) for r in rates or []]
     summaries = []
     for kind, value in levels:
         with tqdm(total=len(requests), desc=f"{kind}={value}", disable=not show_progress) as bar:
             if kind == "concurrency":
-                completions, wall = run_concurrency(url, requests, int(value), timeout_s, bar, model)
+                completions, wall = run_concurrency(url, requests, int(value), timeout_s, bar, **options)
             else:
-                completions, wall = run_rate(url, requests, float(value), timeout_s, progress=bar, model=model)
+                completions, wall = run_rate(url, requests, float(value), timeout_s, progress=bar, **options)
         summary = {kind: value, **summarize(completions, wall)}
         errors = sorted({c.error for c in completions if c.error})
         if errors:
@@ -144,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default="127.0.0.1:8001", help="Triton gRPC address")
     parser.add_argument("--model", default=MODEL,
                         help="the Triton model to send to: the dsa ensemble, or dsa_llm (text straight to it)")
+    parser.add_argument("--all-outputs", action="store_true",
+                        help="ask for every output, as perf_analyzer does (by default only those it reads)")
     parser.add_argument("--concurrency", type=int, nargs="*", help="concurrency levels to sweep")
     parser.add_argument("--request-rate", type=float, nargs="*", help="request rates (req/s) to sweep")
     parser.add_argument("--num-requests", type=int, default=32, help="requests per level")
@@ -170,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                              args.output_len_std, args.seed, args.shared_prefix_len, args.turns)
     write_perf_analyzer_data(out / "perf_analyzer_inputs.json", requests)
     summaries = sweep(args.url, requests, args.concurrency, args.request_rate, args.timeout_s,
-                      show_progress=not args.no_progress, model=args.model)
+                      show_progress=not args.no_progress, model=args.model, all_outputs=args.all_outputs)
     config = {k: v for k, v in vars(args).items() if k not in ("no_progress",)}
     (out / "results.json").write_text(json.dumps({"config": config, "levels": summaries}, indent=2))
     plot(summaries, out / "results.png")

@@ -4,6 +4,8 @@ it itself for a request that sent it text (docs/SERVING.md, "Text straight to ds
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 
 from dsa_backend.detokenizer import window_text
@@ -16,10 +18,17 @@ def strings(values: list[str]) -> np.ndarray:
     return np.array([v.encode("utf-8") for v in values], dtype=np.object_)
 
 
-def client_outputs(tokenizer: Tokenizer, reply: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
-    """-> (the outputs by the ensemble's names, dsa_llm's id for the request)."""
+def client_outputs(tokenizer: Tokenizer, reply: dict[str, np.ndarray],
+                   wanted: Collection[str] | None = None) -> tuple[dict[str, np.ndarray], str]:
+    """-> (the outputs by the ensemble's names, only those in `wanted` when given; dsa_llm's id
+    for the request). Every output is a tensor to build and copy, and Triton drops those a client
+    did not ask for anyway."""
     window, fields, request_id = reply_layout.unpack(reply)
     skip = bool(fields.pop("skip_special_tokens")[0])
-    top_tokens = [tokenizer.decode([t], skip_special_tokens=False) for t in fields["top_token_ids"].tolist()]
-    return {"text_output": strings([window_text(tokenizer, window, skip)]), "top_tokens": strings(top_tokens),
-            **fields}, request_id
+    outputs = {name: value for name, value in fields.items() if wanted is None or name in wanted}
+    if wanted is None or "text_output" in wanted:
+        outputs["text_output"] = strings([window_text(tokenizer, window, skip)])
+    if wanted is None or "top_tokens" in wanted:
+        outputs["top_tokens"] = strings([tokenizer.decode([t], skip_special_tokens=False)
+                                         for t in fields["top_token_ids"].tolist()])
+    return outputs, request_id

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dsa_client.grpc_stream import Completion, build_inputs
+from dsa_client.grpc_stream import Completion, build_inputs, requested_outputs
 from dsa_client.perf_inputs import write_perf_analyzer_data
 from dsa_client.stats import inter_token_latencies, summarize
 from dsa_client.workload import make_requests
@@ -82,3 +82,12 @@ def test_summary_reports_the_prompt_tokens_the_prefix_cache_served():
     s = summarize([a, b, Completion(error="boom", final=True)], wall_s=1.0)
     assert (s["cached_input_tokens"], s["prefix_cache_hit_rate"]) == (64, pytest.approx(0.4))
     assert summarize([], wall_s=1.0)["prefix_cache_hit_rate"] is None
+
+
+@pytest.mark.parametrize("asks", [{}, {"return_log_probs": True}, {"num_top_log_probs": 2},
+                                  {"return_prompt_log_probs": True}, {"sampling_parameters": '{"logprobs": 1}'}])
+def test_a_request_asks_for_the_log_prob_outputs_only_when_it_asks_for_log_probs(asks):
+    names = [o.name() for o in requested_outputs({"temperature": 0.0, **asks})]
+    assert {"text_output", "finish_reason", "num_output_tokens", "sequence_index"} <= set(names)
+    log_prob_outputs = {"output_log_probs", "prompt_log_probs", "top_token_ids", "top_log_probs", "top_tokens"}
+    assert (log_prob_outputs <= set(names)) == bool(asks) and (log_prob_outputs & set(names) == set()) != bool(asks)

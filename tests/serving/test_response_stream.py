@@ -9,6 +9,7 @@ from dsa_backend.detokenizer import window_text
 from dsa_backend.engine import RequestOutput
 from dsa_backend.sampling_params import SamplingParams
 from dsa_backend.serving import reply_layout
+from dsa_backend.serving.reply_text import client_outputs
 from dsa_backend.serving.request_params import LLMRequest
 from dsa_backend.serving.response_stream import ResponseStream
 
@@ -182,3 +183,16 @@ def test_a_reply_with_missing_fields_is_refused_by_name():
                "reply_floats": np.zeros(2, dtype=np.float32), "reply_strings": np.array([b"", b"r"], dtype=object)}
     with pytest.raises(ValueError, match="11 ints"):
         reply_layout.unpack(tensors)
+
+
+def test_a_reply_as_client_outputs_holds_the_delta_and_every_field_or_only_those_wanted(tokenizer):
+    request = LLMRequest([5, 6], SamplingParams(max_tokens=4, logprobs=True, top_logprobs=2), stream=True)
+    out = RequestOutput("r", [100], [-0.25], -0.25, False, None, 2, 1, new_top_logprobs=[((11, -0.5), (12, -1.5))])
+    [reply] = run(tokenizer, request, [out])
+    every, request_id = client_outputs(tokenizer, reply.outputs)
+    assert request_id == "r" and every["text_output"].tolist() == [reply_text(tokenizer, reply).encode()]
+    assert set(every) == {"text_output", "top_tokens", *fields(reply)} - {"request_id", "skip_special_tokens"}
+    assert every["top_tokens"].tolist() == [tokenizer.decode([t], skip_special_tokens=False).encode() for t in (11, 12)]
+    some, _ = client_outputs(tokenizer, reply.outputs, wanted={"text_output", "num_output_tokens", "token_window"})
+    assert set(some) == {"text_output", "num_output_tokens"}
+    assert some["num_output_tokens"].tolist() == every["num_output_tokens"].tolist() == [1]

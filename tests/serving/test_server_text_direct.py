@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import queue
 import time
 import urllib.request
 from dataclasses import asdict
@@ -84,6 +85,29 @@ def test_the_stream_cli_and_loadgen_send_to_dsa_llm(served, offline_llm, capsys,
 def _postprocessing_requests(served) -> int:
     url = f"http://127.0.0.1:{served.ports.http}/v2/models/postprocessing/stats"
     return json.load(urllib.request.urlopen(url, timeout=10))["model_stats"][0]["inference_stats"]["success"]["count"]
+
+
+def test_text_to_dsa_llm_asking_for_two_outputs_gets_them_with_the_offline_llms_text(served, offline_llm):
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    responses = queue.Queue()
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    try:
+        client.async_stream_infer(DIRECT, build_inputs(PROMPTS["english"], 6, stream=True, temperature=0.0,
+                                                       exclude_input_in_output=True),
+                                  outputs=[grpcclient.InferRequestedOutput(n) for n in ("text_output", "finish_reason")])
+        texts, final = [], False
+        while not final:
+            result, error = responses.get(timeout=60)
+            assert error is None, error
+            outputs = {o.name for o in result.get_response().outputs}
+            assert outputs == {"text_output", "finish_reason"}, outputs
+            texts.append(result.as_numpy("text_output")[0][0].decode())
+            final = result.get_response().parameters["triton_final_response"].bool_param
+    finally:
+        client.stop_stream()
+        client.close()
+    [offline] = offline_llm.generate(PROMPTS["english"], SamplingParams(max_tokens=6, temperature=0))
+    assert "".join(texts) == offline.text
 
 
 def test_n_samples_of_text_to_dsa_llm_are_the_ensembles(served):

@@ -49,9 +49,11 @@ class _Active:
     """A request the engine holds: its response sender and each sample's stream state."""
 
     def __init__(self, sender, streams: list[ResponseStream], engine_ids: list[str], engine: EngineProcess,
-                 text: bool):
+                 text_outputs: frozenset[str] | None):
         self.sender = sender
-        self.text = text                       # it sent text: its responses carry text, not token windows
+        # A request that sent text gets text, in the outputs it asked for; one that sent token ids
+        # (the ensemble's) gets the reply tensors postprocessing reads.
+        self.text_outputs = text_outputs
         self.engine = engine                   # the replica that runs its samples
         self.streams = streams                 # by sample index
         self.engine_ids = engine_ids           # the engine's request a sample
@@ -116,15 +118,16 @@ class TritonPythonModel:
             if "text_input" in inputs or "messages" in inputs:
                 # Tokenizing a long prompt takes milliseconds: on this thread the requests behind
                 # it would wait, so a pool does it (the tokenizer lets go of the GIL meanwhile).
-                self.tokenizing.submit(self._serve, inputs, request.request_id(), sender, arrived)
+                self.tokenizing.submit(self._serve, inputs, request.request_id(), sender, arrived,
+                                       frozenset(request.requested_output_names()))
             else:
-                self._serve(inputs, request.request_id(), sender, arrived)
+                self._serve(inputs, request.request_id(), sender, arrived, None)
         return None
 
-    def _serve(self, inputs: dict, triton_id: str, sender, arrived: float) -> None:
+    def _serve(self, inputs: dict, triton_id: str, sender, arrived: float,
+               text_outputs: frozenset[str] | None) -> None:
         try:
-            text = "text_input" in inputs or "messages" in inputs
-            if text:
+            if text_outputs is not None:
                 if "input_ids" in inputs or "bad_words_ids" in inputs:
                     raise ValueError("give the prompt as text_input (or messages) or as input_ids, not both; "
                                      "with text, bad words go in bad_words")
@@ -133,7 +136,7 @@ class TritonPythonModel:
                 raise ValueError("bad_words (strings) come with text_input or messages; with input_ids send "
                                  "bad_words_ids")
             with self.admitting:
-                self._submit(inputs, triton_id, sender, arrived, text)
+                self._submit(inputs, triton_id, sender, arrived, text_outputs)
         except Overloaded as e:
             self._send_error(sender, str(e), finish_reason="rejected")
         except ValueError as e:
@@ -142,7 +145,8 @@ class TritonPythonModel:
             logger.exception("dsa_llm: request failed")
             self._send_error(sender, f"internal error: {type(e).__name__}: {e}")
 
-    def _submit(self, inputs: dict, triton_id: str, sender, arrived: float, text: bool) -> None:
+    def _submit(self, inputs: dict, triton_id: str, sender, arrived: float,
+                text_outputs: frozenset[str] | None) -> None:
         if "abort_request_id" in inputs or "drain" in inputs:
             if "abort_request_id" in inputs:
                 self._abort_for_peer(inputs["abort_request_id"][0].decode())
@@ -160,7 +164,7 @@ class TritonPythonModel:
         engine_ids = [request_id] if len(samples) == 1 else [f"{request_id}/{i}" for i in range(len(samples))]
         engine = self.replicas.choose(parsed.prompt_token_ids)
         active = _Active(sender, [ResponseStream(request_id, parsed, self.tokenizer, arrived, index=i)
-                                  for i in range(len(samples))], engine_ids, engine, text)
+                                  for i in range(len(samples))], engine_ids, engine, text_outputs)
         with self.lock:
             self.active[request_id] = active
             self.num_streams += len(samples)
@@ -303,7 +307,9 @@ class TritonPythonModel:
     def _response(self, active: _Active, reply: dict):
         """The reply as its request wants it: for postprocessing, or as text (what postprocessing
         would have made of it)."""
-        return triton_io.response(client_outputs(self.tokenizer, reply)[0] if active.text else reply)
+        if active.text_outputs is None:
+            return triton_io.response(reply)
+        return triton_io.response(client_outputs(self.tokenizer, reply, active.text_outputs)[0])
 
     def _finish(self, request_id: str, active: _Active, response, error: str | None) -> None:
         with self.lock:
