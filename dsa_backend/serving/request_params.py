@@ -53,7 +53,9 @@ class LLMRequest:
 
 def parse_request(inputs: Mapping[str, np.ndarray]) -> LLMRequest:
     """Build an LLMRequest from input arrays (batch dimension already removed)."""
-    prompt = _token_ids(inputs.get("input_ids"), "input_ids")
+    if "input_ids" not in inputs:
+        raise ValueError("a prompt is required: text_input (or messages), or input_ids")
+    prompt = _token_ids(inputs["input_ids"], "input_ids")
     if not prompt:
         raise ValueError("input_ids must hold at least one token id (is text_input empty?)")
     beam_width = _scalar(inputs, "beam_width", "iu")
@@ -171,9 +173,7 @@ def _scalar(inputs: Mapping[str, np.ndarray], name: str, kinds: str) -> Any:
     return array.reshape(-1)[0].item()
 
 
-def _token_ids(array: np.ndarray | None, name: str) -> list[int]:
-    if array is None:
-        raise ValueError(f"{name} is required")
+def _token_ids(array: np.ndarray, name: str) -> list[int]:
     if array.dtype.kind not in "iu":
         raise ValueError(f"{name} has dtype {array.dtype}; expected integers")
     if array.ndim > 1:

@@ -124,6 +124,17 @@ def test_chat_messages_use_the_chat_template(served):
     c = greedy(served.grpc_url, "", 4, messages=messages)
     # <bos> <User> Hi <Assistant>
     assert c.num_input_tokens == 4
+    # text_input may be left out when messages is given
+    inputs = build_inputs("", 4, messages=messages, temperature=0.0, exclude_input_in_output=True)[1:]
+    [without_text] = generate_samples(served.grpc_url, "", None, inputs=inputs)
+    assert without_text.error is None and without_text.text == c.text
+
+
+def test_max_tokens_in_vllm_sampling_parameters_is_enough(served, offline_llm):
+    c = generate(served.grpc_url, PROMPTS["english"], None, timeout_s=60, exclude_input_in_output=True,
+                 sampling_parameters=json.dumps({"max_tokens": 5, "temperature": 0}))
+    [offline] = offline_llm.generate(PROMPTS["english"], SamplingParams(max_tokens=5, temperature=0))
+    assert c.error is None and (c.text, c.num_output_tokens) == (offline.text, 5)
 
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["answer", "ok"],
@@ -281,6 +292,9 @@ def _max_tokens(value=4, dtype="INT32", np_dtype=np.int32, shape=(1, 1)):
 BAD_INPUTS = {
     "empty text": ("text_input", dict(prompt="")),
     "missing max_tokens": ("max_tokens", dict(inputs=[_text(b"hi")])),
+    # a Triton 2.51 ensemble missing a required input beside others never answered
+    "missing max_tokens beside other inputs": ("max_tokens", dict(max_tokens=None, stream=True, temperature=0.5)),
+    "missing text_input": ("text_input", dict(inputs=build_inputs("", 4, temperature=0.5)[1:])),
     "zero max_tokens": ("max_tokens", dict(max_tokens=0)),
     "negative max_tokens": ("max_tokens", dict(max_tokens=-3)),
     "max_tokens beyond the context": ("max_tokens", dict(max_tokens=100_000)),

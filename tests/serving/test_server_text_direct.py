@@ -37,6 +37,11 @@ REQUESTS = {
     "log probs": dict(prompt=PROMPTS["english"], max_tokens=6, return_log_probs=True,
                       return_prompt_log_probs=True, num_top_log_probs=3),
     "sampled": dict(prompt=PROMPTS["english"], max_tokens=12, temperature=0.9, seed=7),
+    "vLLM's sampling_parameters": dict(prompt=PROMPTS["english"], max_tokens=None,
+                                       sampling_parameters=json.dumps({"max_tokens": 6, "temperature": 0, "logprobs": 2})),
+    "regex guide": dict(prompt="Email:", max_tokens=12, guided_decoding_guide_type="regex",
+                        guided_decoding_guide="[a-z]{3,6}@[a-z]{3}\\.com"),
+    "urgent": dict(prompt=PROMPTS["english"], max_tokens=6, priority=-1),
 }
 
 
@@ -149,6 +154,7 @@ BAD_INPUTS = {
     "empty text": ("text_input is empty", build_inputs("", 4)),
     "invalid UTF-8": ("text_input is not valid UTF-8", build_inputs(b"ok \xff\xfe", 4)),
     "bad chat JSON": ("messages is not valid JSON", build_inputs("", 4, messages="[{")),
+    "no prompt": ("a prompt is required", build_inputs("", 4)[1:]),
 }
 
 
