@@ -1,4 +1,5 @@
-"""Preprocessing: text_input or chat messages -> prompt token ids; bad words -> token ids."""
+"""A request's text inputs as token ids: text_input or chat messages -> prompt token ids, bad words ->
+token ids. preprocessing does this for the ensemble; dsa_llm for text sent straight to it."""
 
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 own: one, or data_parallel_size replicas (dsa_backend/replicas.py; a request runs on one).
 
 execute() only parses each request and hands it to the engine, as one engine request a sample
-(n of them: SamplingParams.n, tensorrtllm_backend's num_return_sequences); responses are sent from
+(n of them: SamplingParams.n, tensorrtllm_backend's num_return_sequences); a request that sent
+text instead of token ids is tokenized on a pool of threads first, and gets text back (what the
+ensemble's postprocessing would have sent, in the outputs it asked for). Responses are sent from
 one sender thread as the engine produces tokens (one a sample for all the steps the thread has not
 sent yet, paced by max_responses_per_s, each with its sequence_index), the last one with the FINAL
 flag. Between outputs the same thread polls for
