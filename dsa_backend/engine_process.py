@@ -133,6 +133,9 @@ class EngineProcess:
                     break
                 _, outputs, self._stats = message
                 self._router.deliver(outputs)
+            # The pipe closes before the process is gone, and a GPU process can take seconds to
+            # tear down: refuse at once, so that Replicas sends new requests elsewhere meanwhile.
+            self._refusal = self._refusal or "the engine process has exited"
             self._process.join(_EXIT_GRACE_S)
             exited = f"the engine process has exited (code {self._process.exitcode})"
             crash_loop = time.monotonic() - self._last_restart < _CRASH_LOOP_S

@@ -154,6 +154,30 @@ def test_a_dead_engine_process_ends_its_requests_with_an_error_and_is_started_ag
         runner.shutdown(5)
 
 
+def test_a_dying_engine_process_refuses_requests_before_it_is_gone(path):
+    runner = EngineProcess(engine_args(path))
+    try:
+        gone = threading.Event()
+        join = runner._process.join
+
+        def slow_join(timeout=None):      # a GPU process can take seconds to exit after its pipe closed
+            time.sleep(3)
+            join(timeout)
+            gone.set()
+
+        runner._process.join = slow_join
+        os.kill(runner._process.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 2
+        while runner.refusal is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # refused before the process is gone, so Replicas sends new requests to the others
+        assert runner.refusal == "the engine process has exited" and not gone.is_set()
+        with pytest.raises(RuntimeError, match="the engine process has exited"):
+            runner.submit("refused", [3] * 10, GREEDY, Collector())
+    finally:
+        runner.shutdown(5)
+
+
 def _submit_when_taken(runner, request_id: str, prompt: list[int], timeout_s: float = 120) -> Collector:
     """Submit once the runner takes requests again (it refuses them while its child restarts)."""
     deadline = time.monotonic() + timeout_s
