@@ -18,9 +18,8 @@ to compute; it does not block the requests behind it.
 Priorities (a lower number first, 0 by default, as vLLM's): requests wait in priority order, then
 arrival; running requests take the budget in priority order; the request retracted for pages is
 the lowest-priority one, the newest among those; and a waiting request that outranks a running
-one but finds no running slot or not enough free pages for its first chunk retracts running
-requests of lower priority, lowest and newest first, until it can start (the check counts pages
-as if none of its prompt were cached, so a cached prompt may retract one request too many).
+one but finds no running slot or not enough free pages for its first chunk (after its cached
+prefix) retracts running requests of lower priority, lowest and newest first, until it can start.
 """
 
 from __future__ import annotations
@@ -182,25 +181,37 @@ class Scheduler:
         while self.waiting and self.running:
             head = self.waiting[0]
             victim = max(self.running, key=_retraction_order)
-            first_chunk = min(head.num_tokens, self.max_batched_tokens)
             if victim.priority <= head.priority or (
-                    len(self.running) < self.max_running
-                    and pages_needed(first_chunk, self.page_size) <= self.pages.num_available):
+                    len(self.running) < self.max_running and self._pages_to_start(head) <= self.pages.num_available):
                 return
             self.retract(victim)
 
+    def _pages_to_start(self, seq: Sequence) -> int:
+        """Of the available pages, how many a waiting request takes to start: its first chunk's
+        new pages after the cached prefix it would match, and the cached pages of that prefix that
+        nobody holds (available until it holds them)."""
+        cached, unheld = self.pages.peek(self._usable_prefix(seq))
+        first_chunk = min(seq.num_tokens - cached * self.page_size, self.max_batched_tokens)
+        return pages_needed(first_chunk, self.page_size) + unheld
+
     def _match_prefix(self, seq: Sequence) -> None:
-        """Start a waiting request after its cached prefix; its last token is always computed (its
-        logits are sampled)."""
+        """Start a waiting request after its cached prefix."""
         if not self.pages.enabled:
             return
+        seq.pages = self.pages.match(self._usable_prefix(seq))
+        seq.num_held_pages = len(seq.pages)
+        seq.num_computed = seq.num_held_pages * self.page_size
+
+    def _usable_prefix(self, seq: Sequence) -> list[bytes]:
+        """The keys of the pages a waiting request may take from the cache: its last token is
+        always computed (its logits are sampled)."""
+        if not self.pages.enabled:
+            return []
         usable = self._known_pages(seq, seq.num_tokens - 1)
         if seq.prompt_logprobs_left:
             # a prompt token's logprob comes from the position before it, which the cache skips
             usable = min(usable, seq.num_prompt_logprobs // self.page_size)
-        seq.pages = self.pages.match(seq.page_keys[:usable])
-        seq.num_held_pages = len(seq.pages)
-        seq.num_computed = seq.num_held_pages * self.page_size
+        return seq.page_keys[:usable]
 
     def _computed_by_others(self, seq: Sequence) -> bool:
         """Whether the pages right after seq's cached prefix are being computed by running

@@ -248,6 +248,36 @@ def test_an_outranking_request_retracts_lower_ones_until_its_first_chunk_has_pag
     assert list(s.waiting) == [b, c]                                    # c first, then b: b is older
 
 
+def test_an_outranking_request_counts_its_cached_prefix_and_retracts_no_more_than_its_new_pages_need():
+    s = Scheduler(PageAllocator(6), page_size=4, max_running=8, max_batched_tokens=64, prefix_caching=True)
+    a, b, c = ranked(0, 8, 2), ranked(1, 8, 3), ranked(2, 8, 3)        # two pages each: the pool is full
+    for r in (a, b, c):
+        s.add(r)
+    compute(s.schedule())
+    # a's two pages and four tokens more: one new page (three if its prefix were not cached)
+    urgent = Sequence("r3", a.prompt_ids + [7, 8, 9, 10], SamplingParams(max_tokens=4), arrival=3, priority=0)
+    s.add(urgent)
+    chunks = s.schedule()
+    assert [(ch.seq, ch.start) for ch in chunks if ch.seq is urgent] == [(urgent, 8)]
+    assert list(s.waiting) == [c] and b in s.running and s.num_retractions == 1
+
+
+def test_an_outranking_request_counts_the_unheld_cached_pages_it_takes_as_pages_it_needs():
+    s = Scheduler(PageAllocator(5), page_size=4, max_running=8, max_batched_tokens=64, prefix_caching=True)
+    done, low = ranked(0, 8, 5), ranked(1, 12, 5)
+    for r in (done, low):
+        s.add(r)
+    compute(s.schedule())
+    s.finish(done, "stop")                  # its two pages stay cached, held by nobody: available
+    assert s.pages.num_available == 2
+    # done's two pages and four tokens more: it takes both available pages and needs one new one
+    urgent = Sequence("r2", done.prompt_ids + [7, 8, 9, 10], SamplingParams(max_tokens=4), arrival=2, priority=0)
+    s.add(urgent)
+    chunks = s.schedule()
+    assert [(ch.seq, ch.start) for ch in chunks if ch.seq is urgent] == [(urgent, 8)]
+    assert list(s.waiting) == [low] and s.num_retractions == 1
+
+
 def test_pages_for_a_running_request_come_from_the_lowest_priority_one():
     alloc = PageAllocator(4)
     s = Scheduler(alloc, page_size=4, max_running=8, max_batched_tokens=64)

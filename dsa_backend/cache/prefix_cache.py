@@ -75,6 +75,18 @@ class PrefixCache:
             pages.append(node.page)
         return pages
 
+    def peek(self, keys: list[bytes]) -> tuple[int, int]:
+        """What match(keys) would hold, without holding it: (its pages, how many of them nobody
+        holds now, which num_available counts and holding them takes away)."""
+        matched = unheld = 0
+        for key in keys if self.enabled else ():
+            node = self._nodes.get(key)
+            if node is None:
+                break
+            matched += 1
+            unheld += node.refs == 0
+        return matched, unheld
+
     def insert(self, pages: list[int], num_held: int, keys: list[bytes]) -> int:
         """Cache pages[num_held:len(keys)], whose keys are keys[num_held:], behind the request's
         held chain pages[:num_held]. Where another request cached the same prefix first, the
