@@ -74,6 +74,10 @@ class TritonServer:
     def start(self, ready_timeout_s: float = 300) -> "TritonServer":
         """Start and wait until ready; ports this server chose (Ports.free) that another process
         took meanwhile are chosen again, up to _PORT_ATTEMPTS times."""
+        if self.process is not None and self.process.poll() is None:
+            # a second process would take other ports, and stop() would only reach the newer one
+            raise RuntimeError(f"this tritonserver is already running (pid {self.process.pid}); "
+                               "`with TritonServer(...)` starts it")
         for _ in range(_PORT_ATTEMPTS - 1):
             log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
             try:

@@ -102,6 +102,12 @@ def test_postprocessing_replays_detokenizer_windows_exactly(client, tokenizer):
     assert deltas[:2] == ["Mixed", ":"]
 
 
+def test_starting_a_running_server_again_is_refused(server):
+    # a second start used to launch a second server on other ports and leave the first running
+    with pytest.raises(RuntimeError, match="already running"):
+        server.start(ready_timeout_s=5)
+
+
 def test_stop_kills_the_whole_process_group(tokenizer_dir, tmp_path):
     repo = fill(tokenizer_dir, tmp_path / "model_repository", models=("postprocessing",))
     server = TritonServer(repo, exit_timeout_s=2).start(ready_timeout_s=120)
