@@ -1,9 +1,10 @@
-"""One dsa_llm request: engine outputs -> the replies sent to postprocessing, and its timings.
+"""One dsa_llm request: engine outputs -> the replies to send, and its timings.
 
 Streaming requests get one reply per engine step that produced tokens, or per several when the
 sender is behind the engine (one reply covers every step since the last); the others get one
-reply at the end. Each reply carries a detokenizer window so that the stateless postprocessing
-step can cut the exact text delta out of it, in the tensors of dsa_backend.serving.reply_layout.
+reply at the end. Each reply carries a detokenizer window, so that the stateless postprocessing
+step (or dsa_llm itself, for a request that sent text) can cut the exact text delta out of it
+(dsa_backend.serving.reply_layout.ReplyFields).
 """
 
 from __future__ import annotations
@@ -11,20 +12,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from dsa_backend.detokenizer import IncrementalDetokenizer, TextWindow
 from dsa_backend.engine import RequestOutput
-from dsa_backend.serving import reply_layout
+from dsa_backend.serving.reply_layout import ReplyFields
 from dsa_backend.serving.request_params import LLMRequest
 from dsa_backend.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
 class Reply:
-    """One response to send: outputs (None for an error), whether it is the last, and timings."""
+    """One response to send: its fields (None for an error or nothing to send yet), whether it is
+    the last, and timings."""
 
-    outputs: dict[str, np.ndarray] | None
+    fields: ReplyFields | None
     final: bool
     error: str | None = None
     new_tokens: int = 0
@@ -97,19 +97,19 @@ class ResponseStream:
             window, logprobs = self._whole_text_window(), self._logprobs
         else:
             return Reply(None, False, new_tokens=n, ttft_s=ttft, itl_s=itl, **spec)
-        outputs = reply_layout.pack(
+        fields = ReplyFields(
             window,
-            ints={"num_input_tokens": out.num_prompt_tokens, "num_output_tokens": out.num_output_tokens,
-                  "num_cached_tokens": out.num_cached_tokens,
-                  "total_accepted_draft_tokens": self.num_accepted_draft_tokens,
-                  "total_draft_tokens": self.num_draft_tokens, "skip_special_tokens": self.detok.skip_special_tokens,
-                  "sequence_index": self.index},
+            counts={"num_input_tokens": out.num_prompt_tokens, "num_output_tokens": out.num_output_tokens,
+                    "num_cached_tokens": out.num_cached_tokens,
+                    "total_accepted_draft_tokens": self.num_accepted_draft_tokens,
+                    "total_draft_tokens": self.num_draft_tokens,
+                    "skip_special_tokens": int(self.detok.skip_special_tokens), "sequence_index": self.index},
             floats={"cum_log_probs": self._cumulative_logprob, "acceptance_rate": self.acceptance_rate},
+            finish_reason=reason, request_id=self.request_id,
             log_probs=logprobs if self.request.params.logprobs else [],
-            strings={"finish_reason": reason, "request_id": self.request_id}, prompt_log_probs=self._prompt_logprobs,
-            top_log_probs=self._top_logprobs)
+            prompt_log_probs=self._prompt_logprobs, top_log_probs=self._top_logprobs)
         self._prompt_logprobs, self._top_logprobs = [], []
-        return Reply(outputs, self.finished, new_tokens=n, ttft_s=ttft, itl_s=itl, **spec)
+        return Reply(fields, self.finished, new_tokens=n, ttft_s=ttft, itl_s=itl, **spec)
 
     def _count_drafts(self, outs: Sequence[RequestOutput]) -> dict:
         """The drafts verified in these steps, how many were accepted, and each verify step's

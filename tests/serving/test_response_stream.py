@@ -21,14 +21,13 @@ def outputs(tokenizer, text, prompt_len=3, reason="length"):
 
 
 def fields(reply):
-    """What postprocessing reads out of a reply: the ensemble's outputs and the request id."""
-    _, out, request_id = reply_layout.unpack(reply.outputs)
-    return {**out, "request_id": request_id}
+    """What the client reads out of a reply, by the ensemble's output names."""
+    return client_outputs(None, reply.fields, wanted=set(reply_layout.COUNTS) | {
+        *reply_layout.FLOATS, "finish_reason", "prompt_log_probs", "output_log_probs", "top_token_ids", "top_log_probs"})
 
 
 def reply_text(tokenizer, reply):
-    window, _, _ = reply_layout.unpack(reply.outputs)
-    return window_text(tokenizer, window)
+    return window_text(tokenizer, reply.fields.window)
 
 
 def run(tokenizer, request, outs):
@@ -43,7 +42,7 @@ def test_streaming_sends_one_reply_per_step_and_the_last_is_final(tokenizer):
     assert "".join(reply_text(tokenizer, r) for r in replies) == text
     assert [r.final for r in replies] == [False] * (len(replies) - 1) + [True]
     assert fields(replies[-1])["finish_reason"][0] == b"length"
-    assert fields(replies[-1])["request_id"] == "r"
+    assert replies[-1].fields.request_id == "r"
     assert replies[0].ttft_s == 0.1 and replies[1].itl_s == 0.1
 
 
@@ -51,7 +50,7 @@ def test_non_streaming_sends_one_reply_with_the_prompt_unless_excluded(tokenizer
     prompt = tokenizer.encode("Question:")
     for exclude, expected in ((True, " answer 世界"), (False, "Question: answer 世界")):
         request = LLMRequest(prompt, SamplingParams(max_tokens=16), exclude_input_in_output=exclude)
-        replies = [r for r in run(tokenizer, request, outputs(tokenizer, " answer 世界")) if r.outputs]
+        replies = [r for r in run(tokenizer, request, outputs(tokenizer, " answer 世界")) if r.fields]
         assert len(replies) == 1 and replies[0].final
         assert reply_text(tokenizer, replies[0]) == expected
 
@@ -70,7 +69,7 @@ def test_a_stop_string_ends_the_reply_early(tokenizer):
 def test_an_engine_error_becomes_a_final_error_reply(tokenizer):
     stream = ResponseStream("r", LLMRequest([5], SamplingParams(max_tokens=4)), tokenizer, arrival=0.0)
     reply = stream.on_output([RequestOutput("r", [], None, None, True, "error", 1, 0, error="boom")], 1.0)
-    assert reply.final and reply.error == "boom" and reply.outputs is None
+    assert reply.final and reply.error == "boom" and reply.fields is None
 
 
 def test_log_probs_are_sent_only_when_asked(tokenizer):
@@ -134,31 +133,44 @@ def test_one_reply_for_several_steps_carries_what_one_reply_a_step_would(tokeniz
     assert replies[0].ttft_s == 1.0 and replies[1].itl_s == 1.0 / 3
 
 
-def test_the_reply_layout_round_trips_every_field_with_the_dtypes_of_the_ensemble_outputs(tokenizer):
-    request = LLMRequest([5, 6], SamplingParams(max_tokens=4, logprobs=True, skip_special_tokens=False),
+def test_the_reply_layout_round_trips_every_field(tokenizer):
+    request = LLMRequest([5, 6], SamplingParams(max_tokens=4, logprobs=True, top_logprobs=1, skip_special_tokens=False),
                          stream=True)
-    out = RequestOutput("r-9", [100, 101], [-0.25, -0.5], -0.75, True, "length", 2, 2, num_draft_tokens=3,
-                        num_accepted_draft_tokens=1, num_cached_tokens=1)
-    reply = ResponseStream("r-9", request, tokenizer, arrival=0.0, index=2).on_output([out], 1.0)
-    assert sorted(reply.outputs) == ["reply_floats", "reply_ints", "reply_strings", "token_window"]
-    window, o, request_id = reply_layout.unpack(reply.outputs)
-    assert request_id == "r-9" and window.token_ids[-2:] == [100, 101]
-    expected = {"num_input_tokens": 2, "num_output_tokens": 2, "num_cached_tokens": 1, "total_draft_tokens": 3,
-                "total_accepted_draft_tokens": 1, "skip_special_tokens": False, "finish_reason": b"length",
-                "sequence_index": 2}
-    assert {k: o[k][0] for k in expected} == expected
-    assert o["skip_special_tokens"].dtype == bool and o["num_cached_tokens"].dtype == "int32"
+    # values exact in float32, so that the round trip compares equal
+    out = RequestOutput("r-9", [100, 101], [-0.25, -0.5], -0.75, True, "length", 2, 2, num_draft_tokens=4,
+                        num_accepted_draft_tokens=2, num_cached_tokens=1, prompt_logprobs=[None, -1.5],
+                        new_top_logprobs=[((100, -0.25),), ((7, -0.125),)])
+    reply = ResponseStream("r-9", request, tokenizer, arrival=0.0, index=2).on_output([out], 1.0).fields
+    tensors = reply_layout.pack(reply)
+    assert sorted(tensors) == ["reply_floats", "reply_ints", "reply_strings", "token_window"]
+    assert [tensors[k].dtype for k in sorted(tensors)] == [np.float32, np.int32, object, np.int32]
+    assert reply_layout.unpack(tensors) == reply
+    assert reply.request_id == "r-9" and reply.window.token_ids[-2:] == [100, 101]
+    assert reply.counts == {"num_input_tokens": 2, "num_output_tokens": 2, "num_cached_tokens": 1,
+                            "total_accepted_draft_tokens": 2, "total_draft_tokens": 4, "skip_special_tokens": 0,
+                            "sequence_index": 2}
+    assert reply.floats == {"cum_log_probs": -0.75, "acceptance_rate": 0.5} and reply.finish_reason == "length"
+
+
+def test_client_outputs_have_the_dtypes_of_the_ensemble_outputs(tokenizer):
+    request = LLMRequest([5, 6], SamplingParams(max_tokens=4, logprobs=True), stream=True)
+    out = RequestOutput("r", [100, 101], [-0.25, -0.5], -0.75, True, "length", 2, 2, num_draft_tokens=3,
+                        num_accepted_draft_tokens=1)
+    o = client_outputs(tokenizer, ResponseStream("r", request, tokenizer, arrival=0.0).on_output([out], 1.0).fields)
+    assert o["num_cached_tokens"].dtype == "int32" and o["sequence_index"].tolist() == [0]
     assert np.allclose(o["output_log_probs"], [-0.25, -0.5]) and np.isclose(o["cum_log_probs"][0], -0.75)
     assert np.isclose(o["acceptance_rate"][0], 1 / 3) and o["acceptance_rate"].dtype == "float32"
     assert o["prompt_log_probs"].shape == (0,) and o["prompt_log_probs"].dtype == "float32"
-    assert o["top_token_ids"].shape == (0,) and o["top_log_probs"].shape == (0,)
+    assert o["top_token_ids"].shape == (0,) and o["top_token_ids"].dtype == "int32"
+    assert o["top_log_probs"].shape == (0,) and o["finish_reason"].tolist() == [b"length"]
+    assert "skip_special_tokens" not in o
 
 
 def test_top_log_probs_travel_token_by_token_beside_the_output_log_probs(tokenizer):
     request = LLMRequest([5, 6], SamplingParams(max_tokens=4, logprobs=True, top_logprobs=2), stream=True)
     out = RequestOutput("r", [100, 101], [-0.25, -0.5], -0.75, False, None, 2, 2,
                         new_top_logprobs=[((100, -0.25), (7, -2.0)), ((129279, -0.5), (101, -0.75))])
-    _, o, _ = reply_layout.unpack(ResponseStream("r", request, tokenizer, arrival=0.0).on_output([out], 1.0).outputs)
+    o = fields(ResponseStream("r", request, tokenizer, arrival=0.0).on_output([out], 1.0))
     assert o["top_token_ids"].tolist() == [100, 7, 129279, 101] and o["top_token_ids"].dtype == "int32"
     assert np.allclose(o["top_log_probs"], [-0.25, -2.0, -0.5, -0.75])
     assert np.allclose(o["output_log_probs"], [-0.25, -0.5])
@@ -171,11 +183,11 @@ def test_prompt_log_probs_come_once_on_the_reply_with_the_first_tokens(tokenizer
     last = RequestOutput("r", [101], [-0.25], -0.75, True, "length", 3, 2)
     stream_ = ResponseStream("r", request, tokenizer, arrival=0.0)
     replies = [stream_.on_output([first], 1.0), stream_.on_output([last], 2.0)]
-    fields = [reply_layout.unpack(r.outputs)[1] for r in replies if r.outputs is not None]
-    assert len(fields) == (2 if stream else 1)
-    assert np.allclose(fields[0]["prompt_log_probs"], [-1.5, -2.5])
-    assert np.allclose(np.concatenate([f["output_log_probs"] for f in fields]), [-0.5, -0.25])
-    assert all(f["prompt_log_probs"].shape == (0,) for f in fields[1:])
+    sent = [fields(r) for r in replies if r.fields is not None]
+    assert len(sent) == (2 if stream else 1)
+    assert np.allclose(sent[0]["prompt_log_probs"], [-1.5, -2.5])
+    assert np.allclose(np.concatenate([f["output_log_probs"] for f in sent]), [-0.5, -0.25])
+    assert all(f["prompt_log_probs"].shape == (0,) for f in sent[1:])
 
 
 def test_a_reply_with_missing_fields_is_refused_by_name():
@@ -185,14 +197,39 @@ def test_a_reply_with_missing_fields_is_refused_by_name():
         reply_layout.unpack(tensors)
 
 
+def test_a_reply_whose_log_prob_counts_overrun_its_floats_is_refused():
+    ints = np.zeros(len(reply_layout.INTS), dtype=np.int32)
+    ints[-2] = 3                                     # three prompt log probs, in a reply of two floats
+    tensors = {"token_window": np.array([1], dtype=np.int32), "reply_ints": ints,
+               "reply_floats": np.zeros(2, dtype=np.float32), "reply_strings": np.array([b"", b"r"], dtype=object)}
+    with pytest.raises(ValueError, match="do not fit its 2 floats"):
+        reply_layout.unpack(tensors)
+
+
 def test_a_reply_as_client_outputs_holds_the_delta_and_every_field_or_only_those_wanted(tokenizer):
     request = LLMRequest([5, 6], SamplingParams(max_tokens=4, logprobs=True, top_logprobs=2), stream=True)
     out = RequestOutput("r", [100], [-0.25], -0.25, False, None, 2, 1, new_top_logprobs=[((11, -0.5), (12, -1.5))])
     [reply] = run(tokenizer, request, [out])
-    every, request_id = client_outputs(tokenizer, reply.outputs)
-    assert request_id == "r" and every["text_output"].tolist() == [reply_text(tokenizer, reply).encode()]
-    assert set(every) == {"text_output", "top_tokens", *fields(reply)} - {"request_id", "skip_special_tokens"}
+    every = client_outputs(tokenizer, reply.fields)
+    assert every["text_output"].tolist() == [reply_text(tokenizer, reply).encode()]
+    assert set(every) == {"text_output", "top_tokens", *fields(reply)}
     assert every["top_tokens"].tolist() == [tokenizer.decode([t], skip_special_tokens=False).encode() for t in (11, 12)]
-    some, _ = client_outputs(tokenizer, reply.outputs, wanted={"text_output", "num_output_tokens", "token_window"})
+    some = client_outputs(tokenizer, reply.fields, wanted={"text_output", "num_output_tokens", "token_window"})
     assert set(some) == {"text_output", "num_output_tokens"}
     assert some["num_output_tokens"].tolist() == every["num_output_tokens"].tolist() == [1]
+
+
+def test_postprocessing_reads_what_the_direct_path_renders(tokenizer):
+    """The ensemble's reply takes the tensors' detour; a direct one is rendered in place: same outputs."""
+    request = LLMRequest([5, 6], SamplingParams(max_tokens=8, logprobs=True, top_logprobs=1, prompt_logprobs=True),
+                         stream=True)
+    steps = [RequestOutput("r", [100], [-0.25], -0.25, False, None, 2, 1, prompt_logprobs=[None, -3.0],
+                           new_top_logprobs=[((100, -0.25),)]),
+             RequestOutput("r", [101, 102], [-0.5, -1.0], -1.75, True, "length", 2, 3,
+                           new_top_logprobs=[((101, -0.5),), ((9, -0.75),)])]
+    for reply in run(tokenizer, request, steps):
+        direct = client_outputs(tokenizer, reply.fields)
+        detour = client_outputs(tokenizer, reply_layout.unpack(reply_layout.pack(reply.fields)))
+        assert direct.keys() == detour.keys()
+        for name in direct:
+            assert direct[name].dtype == detour[name].dtype and direct[name].tolist() == detour[name].tolist(), name

@@ -91,9 +91,9 @@ def test_postprocessing_replays_detokenizer_windows_exactly(client, tokenizer):
     deltas = []
     for i, token in enumerate(ids):
         w = detok.add([token], finished=i == len(ids) - 1)
-        reply = reply_layout.pack(w, ints=dict.fromkeys(reply_layout.INTS[2:], 1),
-                                  floats=dict.fromkeys(reply_layout.FLOATS, 0.0), log_probs=[],
-                                  strings={"finish_reason": "", "request_id": "r"})
+        reply = reply_layout.pack(reply_layout.ReplyFields(w, counts=dict.fromkeys(reply_layout.COUNTS, 1),
+                                                           floats=dict.fromkeys(reply_layout.FLOATS, 0.0),
+                                                           finish_reason="", request_id="r"))
         dtypes = {"token_window": "INT32", "reply_ints": "INT32", "reply_floats": "FP32", "reply_strings": "BYTES"}
         out = client.infer("postprocessing", [tensor(name, dtypes[name], array[np.newaxis])
                                               for name, array in reply.items()])

@@ -28,7 +28,7 @@ import triton_python_backend_utils as pb_utils
 from dsa_backend.runner import error_output
 from dsa_backend.engine_process import EngineProcess
 from dsa_backend.replicas import Replicas
-from dsa_backend.serving import engine_config, triton_io
+from dsa_backend.serving import engine_config, reply_layout, triton_io
 from dsa_backend.serving.metrics import ServerMetrics
 from dsa_backend.serving.prompt import tokenized
 from dsa_backend.serving.reply_text import client_outputs
@@ -292,26 +292,26 @@ class TritonPythonModel:
             active.error = reply.error       # one sample failed: so does the request, once all have ended
             active.abort_all()
         if active.unfinished:
-            if not (active.cancelled or active.error) and reply.outputs is not None:
-                active.sender.send(self._response(active, reply.outputs))
+            if not (active.cancelled or active.error) and reply.fields is not None:
+                active.sender.send(self._response(active, reply.fields))
             return
         if active.error:
             response = triton_io.error_response(active.error)
-        elif active.cancelled or reply.outputs is None:
+        elif active.cancelled or reply.fields is None:
             response = None
         else:
-            response = self._response(active, reply.outputs)
+            response = self._response(active, reply.fields)
         # Refresh the gauges first, so a client that reads them after its last response sees the
         # pages of this request already freed.
         self.metrics.engine_stats(self.replicas.stats())
         self._finish(request_id, active, response, None)
 
-    def _response(self, active: _Active, reply: dict):
-        """The reply as its request wants it: for postprocessing, or as text (what postprocessing
-        would have made of it)."""
+    def _response(self, active: _Active, reply: reply_layout.ReplyFields):
+        """The reply as its request wants it: in tensors for postprocessing, or as text (what
+        postprocessing would have made of it)."""
         if active.text_outputs is None:
-            return triton_io.response(reply)
-        return triton_io.response(client_outputs(self.tokenizer, reply, active.text_outputs)[0])
+            return triton_io.response(reply_layout.pack(reply))
+        return triton_io.response(client_outputs(self.tokenizer, reply, active.text_outputs))
 
     def _finish(self, request_id: str, active: _Active, response, error: str | None) -> None:
         with self.lock:

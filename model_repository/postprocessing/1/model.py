@@ -9,7 +9,7 @@ import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from dsa_backend.serving import triton_io
+from dsa_backend.serving import reply_layout, triton_io
 from dsa_backend.serving.reply_text import client_outputs, strings
 from dsa_backend.tokenizer import Tokenizer
 
@@ -32,11 +32,12 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             try:
-                outputs, request_id = client_outputs(self.tokenizer, triton_io.request_inputs(request))
-                if self._cancel_check_due(request_id, final=bool(outputs["finish_reason"][0])) and request.is_cancelled():
-                    responses.append(self._cancelled(request_id))
+                reply = reply_layout.unpack(triton_io.request_inputs(request))
+                if self._cancel_check_due(reply.request_id, final=bool(reply.finish_reason)) and request.is_cancelled():
+                    responses.append(self._cancelled(reply.request_id))
                     continue
-                outputs = {name if name == "text_output" else f"out_{name}": value for name, value in outputs.items()}
+                outputs = {name if name == "text_output" else f"out_{name}": value
+                           for name, value in client_outputs(self.tokenizer, reply).items()}
                 responses.append(triton_io.response(outputs))
             except Exception as e:     # never let an exception escape execute
                 responses.append(triton_io.error_response(f"postprocessing failed: {type(e).__name__}: {e}"))
