@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -17,11 +17,15 @@ import triton_python_backend_utils as pb_utils
 logger = logging.getLogger(__name__)
 
 
-def request_inputs(request) -> dict[str, np.ndarray]:
-    """Every input of `request` as an array without its batch dimension."""
+def request_inputs(request, only: Collection[str] | None = None) -> dict[str, np.ndarray]:
+    """Every input of `request` (those named in `only`, when given) as an array without its batch
+    dimension."""
     inputs = {}
     for tensor in request.inputs():
-        name, array = tensor.name(), tensor.as_numpy()
+        name = tensor.name()
+        if only is not None and name not in only:
+            continue
+        array = tensor.as_numpy()
         if array.ndim == 0 or array.shape[0] != 1:
             raise ValueError(f"{name} must have batch size 1 (one prompt per request), "
                              f"got shape {list(array.shape)}")

@@ -92,3 +92,16 @@ def test_command_line_sets(tokenizer_dir, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--model", str(tokenizer_dir), "--out", str(tmp_path), "--set", "page_size"])
     assert "key=value" in capsys.readouterr().err
+
+
+def test_preprocessing_takes_every_input_of_the_ensemble_and_the_ensemble_passes_each():
+    """So that any request reaches preprocessing's execute (and its error naming text_input): a
+    request with none of its inputs fails in the server with "request has 0 inputs"."""
+    declared = re.compile(r'\{ name: "(\w+)" (data_type: \w+ dims: \[[^\]]*\]) optional: true \}')
+    ensemble = (TEMPLATE_REPOSITORY / "dsa" / "config.pbtxt").read_text()
+    preprocessing = (TEMPLATE_REPOSITORY / "preprocessing" / "config.pbtxt").read_text()
+    ensemble_inputs = dict(declared.findall(ensemble[:ensemble.index("output [")]))
+    assert len(ensemble_inputs) > 20
+    assert dict(declared.findall(preprocessing[:preprocessing.index("output [")])) == ensemble_inputs
+    step = ensemble[ensemble.index('model_name: "preprocessing"'):ensemble.index('model_name: "dsa_llm"')]
+    assert dict(re.findall(r'input_map \{ key: "(\w+)" value: "(\w+)" \}', step)) == {n: n for n in ensemble_inputs}

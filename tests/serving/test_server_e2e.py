@@ -295,6 +295,8 @@ BAD_INPUTS = {
     # a Triton 2.51 ensemble missing a required input beside others never answered
     "missing max_tokens beside other inputs": ("max_tokens", dict(max_tokens=None, stream=True, temperature=0.5)),
     "missing text_input": ("text_input", dict(inputs=build_inputs("", 4, temperature=0.5)[1:])),
+    # none of preprocessing's inputs: the python backend refused it before any model code ran
+    "only sampling inputs": ("text_input", dict(inputs=build_inputs("", None, stream=True, temperature=0.5)[1:])),
     "zero max_tokens": ("max_tokens", dict(max_tokens=0)),
     "negative max_tokens": ("max_tokens", dict(max_tokens=-3)),
     "max_tokens beyond the context": ("max_tokens", dict(max_tokens=100_000)),

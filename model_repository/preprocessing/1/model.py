@@ -6,6 +6,9 @@ from dsa_backend.serving import triton_io
 from dsa_backend.serving.prompt import tokenized
 from dsa_backend.tokenizer import Tokenizer
 
+# The ensemble passes every input it gets (config.pbtxt says why); these are the ones read.
+_READ = ("text_input", "messages", "bad_words")
+
 
 class TritonPythonModel:
     def initialize(self, args):
@@ -15,7 +18,8 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             try:
-                responses.append(triton_io.response(tokenized(self.tokenizer, triton_io.request_inputs(request))))
+                inputs = triton_io.request_inputs(request, only=_READ)
+                responses.append(triton_io.response(tokenized(self.tokenizer, inputs)))
             except ValueError as e:
                 responses.append(triton_io.error_response(str(e)))
             except Exception as e:     # never let an exception escape execute
