@@ -13,7 +13,8 @@ a conversation's next turn sent to another replica than its earlier turns comput
 again. PrefixRouter sends a prompt to the replica that was sent the longest run of its first
 pages, unless that one is busier than the least busy by more than a margin (SGLang's router
 balances its cache-aware choice the same way); otherwise, and for prompts nobody was sent, to the
-one with the fewest requests in flight.
+one with the fewest requests in flight. LeastBusyRouter (replica_routing=least_busy) only
+balances.
 """
 
 from __future__ import annotations
@@ -84,12 +85,38 @@ class PrefixRouter:
             index.popitem(last=False)
 
 
+class LeastBusyRouter:
+    """Every prompt to the replica with the fewest requests in flight, the first on ties."""
+
+    def choose(self, prompt: list[int], loads: list[int], eligible: list[int]) -> int:
+        return min(eligible, key=lambda r: loads[r])
+
+
+ROUTINGS = ("prefix", "least_busy")
+
+
+def check_routing(routing: str) -> str:
+    if routing not in ROUTINGS:
+        raise ValueError(f"replica_routing must be one of {', '.join(ROUTINGS)}; got {routing!r}")
+    return routing
+
+
+def make_router(routing: str, prefix_caching: bool, page_size: int,
+                capacities: list[int]) -> PrefixRouter | LeastBusyRouter:
+    """replica_routing's router: for a cached prefix (PrefixRouter; without prefix caching there
+    is none to find) or for load alone."""
+    if check_routing(routing) == "prefix" and prefix_caching:
+        return PrefixRouter(page_size, capacities)
+    return LeastBusyRouter()
+
+
 class Replicas:
     """`size` engines in processes of their own, each started as EngineProcess starts one."""
 
-    def __init__(self, args: EngineArgs, size: int):
+    def __init__(self, args: EngineArgs, size: int, routing: str = "prefix"):
         if size < 1:
             raise ValueError(f"data_parallel_size must be positive, got {size}")
+        check_routing(routing)                # refused before any engine starts
         device = args.resolved_device()
         gpus = size * args.tensor_parallel_size
         if device.type == "cuda" and (device.index or 0) + gpus > torch.cuda.device_count():
@@ -106,20 +133,16 @@ class Replicas:
             if failed:
                 self.shutdown(5.0)
                 raise failed[0]
-        limits = self.engines[0].limits
-        self._router = (PrefixRouter(limits.page_size, [e.limits.num_kv_pages for e in self.engines])
-                        if args.enable_prefix_caching else None)
+        self._router = make_router(routing, args.enable_prefix_caching, self.engines[0].limits.page_size,
+                                   [e.limits.num_kv_pages for e in self.engines])
 
     def choose(self, prompt: list[int]) -> EngineProcess:
-        """The replica a new request goes to, among those taking requests (a replica restarting its
-        engine refuses them) if any are: by PrefixRouter, or without prefix caching the one with
-        the fewest requests in flight."""
+        """The replica a new request goes to, by the router, among those taking requests (a
+        replica restarting its engine refuses them) if any are."""
         if len(self.engines) == 1:
             return self.engines[0]
         eligible = [r for r, e in enumerate(self.engines) if e.refusal is None] or list(range(len(self.engines)))
         loads = [e.num_in_flight for e in self.engines]
-        if self._router is None:
-            return self.engines[min(eligible, key=lambda r: loads[r])]
         return self.engines[self._router.choose(prompt, loads, eligible)]
 
     def stats(self) -> list[dict[str, float]]:

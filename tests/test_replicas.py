@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dsa_backend.engine import EngineArgs
-from dsa_backend.replicas import PrefixRouter, Replicas, replica_args
+from dsa_backend.replicas import LeastBusyRouter, PrefixRouter, Replicas, make_router, replica_args
 
 PAGE = 4
 
@@ -31,6 +31,8 @@ def test_too_few_gpus_are_refused_before_any_engine_starts():
         Replicas(EngineArgs(model="m", device="cuda:0", tensor_parallel_size=gpus + 1), 2)
     with pytest.raises(ValueError, match="data_parallel_size must be positive"):
         Replicas(EngineArgs(model="m", device="cpu"), 0)
+    with pytest.raises(ValueError, match="replica_routing must be one of prefix, least_busy; got 'random'"):
+        Replicas(EngineArgs(model="m", device="cpu"), 2, routing="random")
 
 
 def test_a_prompt_nobody_was_sent_goes_to_the_least_busy_replica_the_first_on_ties():
@@ -72,3 +74,15 @@ def test_each_index_keeps_the_pages_its_pool_holds_the_least_recently_sent_evict
     router2.choose(pages(0), [0, 0], [0, 1])                       # sent again: the most recent now
     router2.choose(pages(20, 30), [0, 1], [0, 1])                  # evicts pages(0, 10)'s second page
     assert router2.choose(pages(0, 40), [1, 0], [0, 1]) == 0       # its first page is still there
+
+
+def test_least_busy_routing_passes_a_conversation_s_cached_replica_over_for_a_less_busy_one():
+    prefix, least_busy = make_router("prefix", True, PAGE, [100, 100]), make_router("least_busy", True, PAGE, [100, 100])
+    assert isinstance(prefix, PrefixRouter) and isinstance(least_busy, LeastBusyRouter)
+    for router in (prefix, least_busy):
+        assert router.choose(pages(0, 10), [0, 0], [0, 1]) == 0
+    assert prefix.choose(pages(0, 10, 20), [2, 0], [0, 1]) == 0         # its earlier turn's replica
+    assert least_busy.choose(pages(0, 10, 20), [2, 0], [0, 1]) == 1     # the least busy
+    assert least_busy.choose(pages(0, 10, 20), [2, 1], [0]) == 0        # among those taking requests
+    # without prefix caching there is no cached prefix to route to
+    assert isinstance(make_router("prefix", False, PAGE, [100, 100]), LeastBusyRouter)

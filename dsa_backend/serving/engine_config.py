@@ -7,6 +7,7 @@ Engine) in dsa_llm's initialize makes Triton fail to load the model and log the 
 from __future__ import annotations
 
 from dsa_backend.engine import FP8_WEIGHT_CHOICES, EngineArgs
+from dsa_backend.replicas import check_routing
 from dsa_backend.spec.config import SpecConfig
 
 # An empty value (fill_template's default), "none" or "off" turns speculative decoding off.
@@ -55,6 +56,12 @@ def data_parallel_size(params: dict[str, str]) -> int:
     if size < 1:
         raise ValueError(f"data_parallel_size must be positive, got {size}")
     return size
+
+
+def replica_routing(params: dict[str, str]) -> str:
+    """How dsa_llm picks a replica for a request: prefix (where its prompt's first pages were
+    sent, within a load margin) or least_busy (dsa_backend/replicas.py)."""
+    return check_routing(params.get("replica_routing", "prefix").strip())
 
 
 def max_queued_requests(params: dict[str, str]) -> int | None:

@@ -39,6 +39,7 @@ DEFAULTS = {
     "enable_prefix_caching": "true",      # reuse the KV pages of prompts' cached prefixes
     "tensor_parallel_size": "1",          # GPUs sharing each layer, from the instance's GPU on
     "data_parallel_size": "auto",         # engines of tensor_parallel_size GPUs; auto: as many as the GPUs hold
+    "replica_routing": "prefix",          # a request's replica: prefix (its cached prompt, within a load margin) or least_busy
     "shutdown_timeout_s": "10",
     "max_responses_per_s": "1000",        # dsa_llm's streamed responses a second, all requests (0: no limit)
     "max_queued_requests": "none",        # requests waiting for the engine before new ones are refused

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dsa_backend.serving.engine_config import data_parallel_size, engine_args, max_queued_requests, max_responses_per_s
+from dsa_backend.serving.engine_config import (data_parallel_size, engine_args, max_queued_requests, max_responses_per_s,
+                                               replica_routing)
 from dsa_backend.serving.fill_template import DEFAULTS
 
 # What fill_template writes by default (placeholders of dsa_llm's config.pbtxt).
@@ -130,3 +131,10 @@ def test_data_parallel_size_is_a_positive_integer():
     for bad in ("0", "-2", "two", "auto"):   # fill_template resolves auto; dsa_llm takes a count
         with pytest.raises(ValueError, match="data_parallel_size"):
             data_parallel_size({"data_parallel_size": bad})
+
+
+def test_replica_routing_is_prefix_by_default_or_least_busy():
+    assert replica_routing({}) == replica_routing(FILLED) == "prefix"
+    assert replica_routing({"replica_routing": " least_busy "}) == "least_busy"
+    with pytest.raises(ValueError, match="replica_routing must be one of prefix, least_busy; got 'round_robin'"):
+        replica_routing({"replica_routing": "round_robin"})

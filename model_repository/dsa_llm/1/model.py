@@ -90,7 +90,8 @@ class TritonPythonModel:
         engine_args = engine_config.engine_args(params, device)     # ValueError naming a bad setting
         logger.info("dsa_llm: starting the engine with %s", engine_args)
         # The engines' steps must not share this process's GIL with the sender (engine_process.py).
-        self.replicas = Replicas(engine_args, engine_config.data_parallel_size(params))
+        self.replicas = Replicas(engine_args, engine_config.data_parallel_size(params),
+                                 engine_config.replica_routing(params))
         # The tests (and operators) read these lines to see where the engines really run.
         engines = self.replicas.engines
         for r, engine in enumerate(engines):
