@@ -102,7 +102,9 @@ def test_a_cancelled_stream_is_aborted_on_its_own_replica(served):
     assert settle(aborted, 2) == 2
 
 
-def test_a_conversations_next_turn_goes_to_the_replica_that_cached_its_earlier_turn(served):
+def next_turn_beside_a_long_stream(served):
+    """A conversation's first turn, then a long stream on the replica that served it (ties go to
+    the first), then its next turn: -> (first, next turn, the busy replica)."""
     for replica in REPLICAS:
         assert settle(lambda: in_flight(served, replica), 0) == 0
     turn = ("The system prompt of a long conversation, long enough to fill several pages of the KV cache, "
@@ -111,8 +113,6 @@ def test_a_conversations_next_turn_goes_to_the_replica_that_cached_its_earlier_t
             "data parallelism, and why does each replica keep a prefix cache of its own? Assistant:")
     first = generate(served.grpc_url, turn, 8, temperature=0.0, exclude_input_in_output=True, timeout_s=120)
     assert first.error is None and first.num_input_tokens >= 64
-    # A long request that starts on the replica the first turn used (ties go to the first), so
-    # that the least busy replica is now the other one
     threads, results = long_streams(served, 1, 300)
     assert settle(lambda: in_flight(served, "0") + in_flight(served, "1"), 1) == 1
     busy = [in_flight(served, r) for r in REPLICAS].index(1)
@@ -121,7 +121,12 @@ def test_a_conversations_next_turn_goes_to_the_replica_that_cached_its_earlier_t
     for t in threads:
         t.join(240)
     assert second.error is None and results[0].error is None
-    # the next turn found the first turn's whole pages cached on their replica
+    return first, second, busy
+
+
+def test_a_conversations_next_turn_goes_to_the_replica_that_cached_its_earlier_turn(served):
+    first, second, busy = next_turn_beside_a_long_stream(served)
+    # the next turn went to the busier replica, and found the first turn's whole pages cached there
     assert second.num_cached_tokens >= first.num_input_tokens - first.num_input_tokens % 16 - 16 > 0
     assert busy == 0
 
