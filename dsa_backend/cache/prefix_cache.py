@@ -66,26 +66,26 @@ class PrefixCache:
 
     def match(self, keys: list[bytes]) -> list[int]:
         """The cached pages of the longest run of leading page keys, now held by the caller."""
-        pages = []
-        for key in keys if self.enabled else ():
-            node = self._nodes.get(key)
-            if node is None:
-                break
+        nodes = self._cached_run(keys)
+        for node in nodes:
             self._hold(node)
-            pages.append(node.page)
-        return pages
+        return [node.page for node in nodes]
 
     def peek(self, keys: list[bytes]) -> tuple[int, int]:
         """What match(keys) would hold, without holding it: (its pages, how many of them nobody
         holds now, which num_available counts and holding them takes away)."""
-        matched = unheld = 0
+        nodes = self._cached_run(keys)
+        return len(nodes), sum(node.refs == 0 for node in nodes)
+
+    def _cached_run(self, keys: list[bytes]) -> list[_Node]:
+        """The nodes of the longest run of leading page keys in the cache."""
+        nodes = []
         for key in keys if self.enabled else ():
             node = self._nodes.get(key)
             if node is None:
                 break
-            matched += 1
-            unheld += node.refs == 0
-        return matched, unheld
+            nodes.append(node)
+        return nodes
 
     def insert(self, pages: list[int], num_held: int, keys: list[bytes]) -> int:
         """Cache pages[num_held:len(keys)], whose keys are keys[num_held:], behind the request's
